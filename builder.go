@@ -1,0 +1,270 @@
+package leadership
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of the optional settings of [FlagBuilder]. The durations that
+// are not listed derive from the lease: see each builder method.
+const (
+	// DefaultLease is the lease used unless [FlagBuilder.Lease] sets
+	// another. A crashed holder is replaced about one lease after its last
+	// renewal.
+	DefaultLease = 15 * time.Second
+	// DefaultMaxPollInterval caps the default poll interval of followers,
+	// which is Lease/3 but at most this. Set [FlagBuilder.PollInterval] to
+	// change it.
+	DefaultMaxPollInterval = 2 * time.Second
+)
+
+// FlagBuilder collects the settings of a [Flag]. Create it with [NewFlag],
+// chain the setters, then call [FlagBuilder.Build]. Setters never fail;
+// Build checks every setting and their relations and names the field to
+// fix. A builder is not safe for concurrent use; it may build several
+// flags.
+type FlagBuilder struct {
+	store         Store
+	name          string
+	process       string
+	lease         time.Duration
+	renewInterval time.Duration
+	pollInterval  time.Duration
+	timeout       time.Duration
+	safetyMargin  time.Duration
+	jitter        time.Duration
+	jitterSet     bool
+	logger        *slog.Logger
+	registerer    prometheus.Registerer
+	migrate       bool
+	precheck      func(context.Context) error
+	onRaise       func(context.Context)
+	onLower       func()
+}
+
+// NewFlag returns a builder with the defaults: lease [DefaultLease],
+// migrations applied at Build, no logging, no metrics.
+func NewFlag() *FlagBuilder {
+	return &FlagBuilder{migrate: true}
+}
+
+// Store sets the database the flag lives in. Mandatory.
+func (b *FlagBuilder) Store(s Store) *FlagBuilder { b.store = s; return b }
+
+// Name sets the name of the flag: processes using the same name on the
+// same database compete for one leadership. Mandatory; at most
+// [MaxNameLength] bytes.
+func (b *FlagBuilder) Name(name string) *FlagBuilder { b.name = name; return b }
+
+// Process sets the name this process is known by in the database (the
+// holder). Optional; the default is hostname, pid and a random suffix, so
+// unique per flag. Two flags built with the same process name and flag name
+// still never both raise: renewal is scoped to the term each acquired.
+func (b *FlagBuilder) Process(process string) *FlagBuilder { b.process = process; return b }
+
+// Lease sets how long a term lasts after each successful renewal, by the
+// database clock. A crashed holder is replaced about one lease after its
+// last renewal. Optional; default [DefaultLease]; at least [MinLease].
+func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.lease = d; return b }
+
+// RenewInterval sets how often the holder renews its term. Optional;
+// default Lease/3. RenewInterval + Timeout must be less than
+// Lease − SafetyMargin, so that a renewal can complete inside the trust
+// window.
+func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.renewInterval = d; return b }
+
+// PollInterval bounds how long a follower waits between attempts, so it
+// notices a release quickly even without a push notification. Followers
+// otherwise schedule their attempt for the holder's expiry. Optional;
+// default Lease/3, at most [DefaultMaxPollInterval].
+func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.pollInterval = d; return b }
+
+// Timeout bounds each database call (acquire, renew, release). Optional;
+// default Lease/5.
+func (b *FlagBuilder) Timeout(d time.Duration) *FlagBuilder { b.timeout = d; return b }
+
+// SafetyMargin is how long before the earliest possible expiry the holder
+// lowers its flag: the trust window of a term is (local monotonic time
+// just before the successful attempt was sent) + Lease − SafetyMargin. It
+// absorbs differences in clock rate between this process and the database
+// and the database clock's precision. Optional; default Lease/10; more than
+// zero and at most Lease/2.
+func (b *FlagBuilder) SafetyMargin(d time.Duration) *FlagBuilder { b.safetyMargin = d; return b }
+
+// Jitter sets the upper bound of a random delay added to each follower
+// attempt, so that followers do not all hit the database at the same
+// instant after an expiry. Optional; default Lease/20; zero disables it.
+func (b *FlagBuilder) Jitter(d time.Duration) *FlagBuilder {
+	b.jitter = d
+	b.jitterSet = true
+	return b
+}
+
+// Logger sets the structured logger: Debug for routine renewals, Info for
+// transitions, Warn for failed attempts. Optional; default discards.
+func (b *FlagBuilder) Logger(l *slog.Logger) *FlagBuilder { b.logger = l; return b }
+
+// MetricsRegisterer sets where the flag registers its Prometheus metrics
+// (see the package documentation). Optional; nil or unset means no
+// metrics. Several flags may share one registerer.
+func (b *FlagBuilder) MetricsRegisterer(r prometheus.Registerer) *FlagBuilder {
+	b.registerer = r
+	return b
+}
+
+// Migrate sets whether Build applies the store's schema migrations
+// (idempotent). Optional; default true. Turn it off when migrations are run
+// by a deployment step; see the README.
+func (b *FlagBuilder) Migrate(apply bool) *FlagBuilder { b.migrate = apply; return b }
+
+// Precheck sets a hook called before every attempt, with a context bounded
+// by Timeout. When it returns an error the attempt is not made, and a held
+// flag is lowered and released: the hook vetoes leadership (for example
+// while this process is draining or not in the active region).
+func (b *FlagBuilder) Precheck(fn func(context.Context) error) *FlagBuilder {
+	b.precheck = fn
+	return b
+}
+
+// OnRaise sets a function started in its own goroutine each time the flag
+// is raised, with a context that is cancelled when that term of leadership
+// ends (lost, trust window over, or Close). It should return soon after the
+// context is done.
+func (b *FlagBuilder) OnRaise(fn func(ctx context.Context)) *FlagBuilder { b.onRaise = fn; return b }
+
+// OnLower sets a function called each time the flag is lowered after having
+// been raised. Calls to OnLower are made one at a time, in order, from one
+// goroutine; Close waits for the last one to return.
+func (b *FlagBuilder) OnLower(fn func()) *FlagBuilder { b.onLower = fn; return b }
+
+// config is the validated, completed set of settings.
+type config struct {
+	store         Store
+	name          string
+	process       string
+	lease         time.Duration
+	renewInterval time.Duration
+	pollInterval  time.Duration
+	timeout       time.Duration
+	safetyMargin  time.Duration
+	jitter        time.Duration
+	logger        *slog.Logger
+	registerer    prometheus.Registerer
+	migrate       bool
+	precheck      func(context.Context) error
+	onRaise       func(context.Context)
+	onLower       func()
+}
+
+// config completes the defaults and checks every setting, joining one
+// error per wrong field.
+func (b *FlagBuilder) config() (config, error) {
+	c := config{
+		store: b.store, name: b.name, process: b.process, lease: b.lease,
+		renewInterval: b.renewInterval, pollInterval: b.pollInterval,
+		timeout: b.timeout, safetyMargin: b.safetyMargin, jitter: b.jitter,
+		logger: b.logger, registerer: b.registerer, migrate: b.migrate,
+		precheck: b.precheck, onRaise: b.onRaise, onLower: b.onLower,
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...))
+	}
+	if c.store == nil {
+		bad("Store is mandatory and nil")
+	}
+	if err := ValidateName("Name", c.name); err != nil {
+		errs = append(errs, err)
+	}
+	if c.process == "" {
+		c.process = defaultProcess()
+	} else if err := ValidateName("Process", c.process); err != nil {
+		errs = append(errs, err)
+	}
+	if c.lease == 0 {
+		c.lease = DefaultLease
+	}
+	if c.lease < MinLease {
+		bad("Lease %v is shorter than the minimum %v", c.lease, MinLease)
+		c.lease = DefaultLease // keep checking the other fields against something sane
+	}
+	defaultTo := func(d *time.Duration, def time.Duration, field string) {
+		switch {
+		case *d == 0:
+			*d = def
+		case *d < 0:
+			bad("%s %v is negative", field, *d)
+			*d = def
+		}
+	}
+	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
+	defaultTo(&c.pollInterval, min(c.lease/3, DefaultMaxPollInterval), "PollInterval")
+	defaultTo(&c.timeout, c.lease/5, "Timeout")
+	defaultTo(&c.safetyMargin, c.lease/10, "SafetyMargin")
+	if !b.jitterSet {
+		c.jitter = c.lease / 20
+	} else if c.jitter < 0 {
+		bad("Jitter %v is negative", c.jitter)
+	}
+	if c.safetyMargin > c.lease/2 {
+		bad("SafetyMargin %v is more than half the Lease %v", c.safetyMargin, c.lease)
+	}
+	if window := c.lease - c.safetyMargin; c.renewInterval+c.timeout >= window {
+		bad("RenewInterval %v + Timeout %v must be less than Lease %v − SafetyMargin %v, so that a renewal completes inside the trust window",
+			c.renewInterval, c.timeout, c.lease, c.safetyMargin)
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c, errors.Join(errs...)
+}
+
+// defaultProcess names this process: hostname, pid and a random suffix.
+func defaultProcess() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics on failure instead)
+	name := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if len(name) > MaxNameLength {
+		name = name[len(name)-MaxNameLength:]
+	}
+	return name
+}
+
+// Build checks the settings, applies the store's migrations (unless
+// [FlagBuilder.Migrate] turned that off), registers the metrics, makes the
+// first attempt to acquire the flag and starts the background loop. It
+// returns an error naming the field for bad settings, and the database
+// error if the migrations or the first attempt fail; then nothing keeps
+// running. The returned flag must be closed with [Flag.Close].
+func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
+	c, err := b.config()
+	if err != nil {
+		return nil, err
+	}
+	if c.migrate {
+		if err := c.store.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("leadership: apply migrations: %w", err)
+		}
+	}
+	m, err := newMetrics(c.registerer, c.name, c.process)
+	if err != nil {
+		return nil, err
+	}
+	f := newFlag(c, m)
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}

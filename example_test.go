@@ -1,0 +1,130 @@
+package leadership_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/sqlite"
+)
+
+// A service runs a job only on the leader, on the embedded SQLite default.
+// Every process that opens the same database file competes for the flag.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+
+	db, err := sqlite.Open(filepath.Join(dir, "flags.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlite.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	flag, err := leadership.NewFlag().
+		Store(store).
+		Name("nightly-report").
+		Process("host-a").
+		Lease(15 * time.Second).
+		Build(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flag.Close() // lowers and releases, so another process takes over at once
+
+	if flag.Raised() {
+		fmt.Println("leader: running the nightly report")
+	}
+	fmt.Println("holder:", flag.Holder())
+	// Output:
+	// leader: running the nightly report
+	// holder: host-a
+}
+
+// Every option, with its default in the comment.
+func ExampleFlagBuilder() {
+	ctx := context.Background()
+	db, _ := sqlite.Open(":memory:")
+	defer db.Close()
+	store, _ := sqlite.New(db)
+
+	flag, err := leadership.NewFlag().
+		Store(store).                                         // mandatory
+		Name("billing-sync").                                 // mandatory
+		Process("host-a").                                    // default: hostname-pid-random
+		Lease(15 * time.Second).                              // default: 15s
+		RenewInterval(5 * time.Second).                       // default: Lease/3
+		PollInterval(2 * time.Second).                        // default: Lease/3, at most 2s
+		Timeout(3 * time.Second).                             // default: Lease/5, per database call
+		SafetyMargin(1500 * time.Millisecond).                // default: Lease/10
+		Jitter(750 * time.Millisecond).                       // default: Lease/20
+		Logger(slog.Default()).                               // default: discard
+		MetricsRegisterer(prometheus.NewRegistry()).          // default: no metrics
+		Migrate(true).                                        // default: apply the schema at Build
+		Precheck(func(context.Context) error { return nil }). // veto leadership by returning an error
+		OnRaise(func(ctx context.Context) { <-ctx.Done() }).  // runs while leading
+		OnLower(func() {}).
+		Build(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flag.Close()
+	fmt.Println(flag.Raised())
+	// Output: true
+}
+
+// A long job started while leading is told to stop when leadership ends.
+func ExampleFlag_LeaderContext() {
+	db, _ := sqlite.Open(":memory:")
+	defer db.Close()
+	store, _ := sqlite.New(db)
+	flag, err := leadership.NewFlag().Store(store).Name("compaction").Build(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flag.Close()
+
+	ctx, cancel, leading := flag.LeaderContext(context.Background())
+	defer cancel()
+	if !leading {
+		return
+	}
+	token, _ := flag.Token()
+	fmt.Println("compacting with fencing token", token)
+	select {
+	case <-ctx.Done(): // leadership lost: stop writing
+	case <-time.After(10 * time.Millisecond): // the work
+	}
+	// Output: compacting with fencing token 1
+}
+
+// Block until this process leads, for a daemon that must run on one host.
+func ExampleFlag_Wait() {
+	db, _ := sqlite.Open(":memory:")
+	defer db.Close()
+	store, _ := sqlite.New(db)
+	flag, err := leadership.NewFlag().Store(store).Name("singleton").Build(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flag.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := flag.Wait(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leading")
+	// Output: leading
+}

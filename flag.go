@@ -1,0 +1,333 @@
+package leadership
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Flag is one process's view of a named leadership flag. At any moment at
+// most one Flag among all processes sharing the database reports
+// [Flag.Raised] true, provided the assumptions in the package documentation
+// hold. A background goroutine acquires and renews the flag; all methods are
+// safe for concurrent use. Create a Flag with [NewFlag] and
+// [FlagBuilder.Build]; release it with [Flag.Close].
+type Flag struct {
+	c   config
+	m   *metrics
+	log *slog.Logger
+
+	// base is the monotonic origin of the instants below, kept as
+	// nanoseconds since base so they fit in atomics.
+	base time.Time
+	// trustedUntil is the end of the trust window of the held term, or 0
+	// when the flag is lowered. Raised is true while now < trustedUntil.
+	trustedUntil atomic.Int64
+	// lastAttemptDone is when the loop last finished an attempt.
+	lastAttemptDone atomic.Int64
+
+	loopCtx    context.Context
+	loopCancel context.CancelFunc
+	loopDone   chan struct{}
+	wake       <-chan struct{} // release notifications; nil without a notifier
+	stopNotify func()
+	failures   int // consecutive failed attempts; loop goroutine only
+	events     *dispatcher
+
+	closeOnce sync.Once
+	closeErr  error
+	closedCh  chan struct{}
+
+	mu sync.Mutex
+	// version is the term this process holds in the database as far as it
+	// knows, 0 for none. It outlives a lowered trust window: the term can
+	// still be renewed if nobody took it.
+	version int64
+	// termDeadline is the end of the trust window of the last renewal of
+	// version, kept after lowering for Check.
+	termDeadline int64
+	// raised is the announced state (metrics, callbacks, Wait).
+	raised     bool
+	termCtx    context.Context
+	termCancel context.CancelFunc
+	// raisedCh is closed while the flag is announced raised.
+	raisedCh   chan struct{}
+	holder     string
+	lowerTimer *time.Timer
+}
+
+func newFlag(c config, m *metrics) *Flag {
+	f := &Flag{
+		c:        c,
+		m:        m,
+		log:      c.logger.With(slog.String("flag", c.name), slog.String("process", c.process)),
+		base:     time.Now(),
+		loopDone: make(chan struct{}),
+		closedCh: make(chan struct{}),
+		raisedCh: make(chan struct{}),
+		events:   newDispatcher(),
+	}
+	return f
+}
+
+// start makes the first attempt with the caller's context and starts the
+// loop. On error nothing is left running.
+func (f *Flag) start(ctx context.Context) error {
+	f.loopCtx, f.loopCancel = context.WithCancel(context.WithoutCancel(ctx))
+	if n, ok := f.c.store.(ReleaseNotifier); ok {
+		f.wake, f.stopNotify = n.NotifyReleases(f.c.name)
+	}
+	first, err := f.attemptWith(ctx)
+	if err != nil {
+		f.loopCancel()
+		close(f.loopDone)
+		f.shutdown()
+		return fmt.Errorf("leadership: first attempt on flag %q: %w", f.c.name, err)
+	}
+	go f.run(first)
+	return nil
+}
+
+// Raised reports whether this process holds the flag and may act as its
+// leader now. It costs one atomic load and one read of the monotonic clock.
+// It turns false at the end of the trust window even if the background
+// goroutine is stalled, so a process frozen past its lease never sees it
+// true while another process holds the flag.
+func (f *Flag) Raised() bool {
+	return f.now() < f.trustedUntil.Load()
+}
+
+// Name returns the flag's name.
+func (f *Flag) Name() string { return f.c.name }
+
+// Process returns the holder name this process uses for the flag.
+func (f *Flag) Process() string { return f.c.process }
+
+// Holder returns who held the flag at the last attempt, as the database
+// reported it: this process's name while it leads, another's while it
+// follows, "" when nobody held it.
+func (f *Flag) Holder() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holder
+}
+
+// Token returns the fencing token of the current term and true while the
+// flag is raised, or 0 and false. The token (the row's version) increases
+// by one at every new term and never otherwise, so a resource that records
+// the highest token it has seen can refuse writes from a former leader that
+// still believes it leads (for example one that was frozen). The flag
+// cannot protect resources that do not check the token.
+func (f *Flag) Token() (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.raised || !f.Raised() {
+		return 0, false
+	}
+	return f.version, true
+}
+
+// Wait blocks until the flag is raised, ctx is done (returning ctx.Err())
+// or the flag is closed (returning [ErrClosed]). A nil return means the
+// flag was raised an instant ago; check [Flag.Raised] again before each
+// piece of work.
+func (f *Flag) Wait(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		ch, raised := f.raisedCh, f.raised
+		f.mu.Unlock()
+		select {
+		case <-f.closedCh:
+			return ErrClosed
+		default:
+		}
+		if raised && f.Raised() {
+			return nil
+		}
+		var settle <-chan time.Time
+		if raised { // announced but the trust window just ended: the timer lowers it soon
+			settle = time.After(time.Millisecond)
+		}
+		select {
+		case <-ch:
+		case <-settle:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.closedCh:
+			return ErrClosed
+		}
+	}
+}
+
+// LeaderContext returns a context derived from parent that is also
+// cancelled when the current term of leadership ends (lost, trust window
+// over, vetoed, or Close), with its cancel function, and true; or an
+// already cancelled context and false when the flag is not raised. Start a
+// leader-only job with it so the job is told to stop. The end of the trust
+// window is enforced by a timer, so the cancellation can lag behind
+// [Flag.Raised] when the process is starved of CPU; check Raised before
+// irreversible steps, or use [Flag.Token] for fencing.
+func (f *Flag) LeaderContext(parent context.Context) (context.Context, context.CancelFunc, bool) {
+	f.mu.Lock()
+	term, ok := f.termCtx, f.raised && f.Raised()
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(parent)
+	if !ok {
+		cancel()
+		return ctx, cancel, false
+	}
+	stop := context.AfterFunc(term, cancel)
+	return ctx, func() { stop(); cancel() }, true
+}
+
+// Check reports the health of the flag for liveness probes: [ErrClosed]
+// after Close; an error wrapping [ErrRenewalOverdue] when this process
+// believes it holds a term whose trust window has ended without a renewal
+// (the database is unreachable or renewals fail); an error wrapping
+// [ErrLoopStalled] when the background loop has not finished an attempt
+// for twice as long as its schedule allows. A follower that cannot reach
+// the database is healthy: it is not leading.
+func (f *Flag) Check() error {
+	select {
+	case <-f.closedCh:
+		return ErrClosed
+	default:
+	}
+	now := f.now()
+	f.mu.Lock()
+	version, deadline := f.version, f.termDeadline
+	f.mu.Unlock()
+	if version != 0 && now >= deadline {
+		return fmt.Errorf("%w: flag %q term %d not renewed for %v past its trust window",
+			ErrRenewalOverdue, f.c.name, version, time.Duration(now-deadline).Round(time.Millisecond))
+	}
+	limit := 2 * (max(f.c.renewInterval, f.c.pollInterval) + 2*f.c.timeout + f.c.jitter)
+	if idle := time.Duration(now - f.lastAttemptDone.Load()); idle > limit {
+		return fmt.Errorf("%w: flag %q finished no attempt for %v (limit %v)",
+			ErrLoopStalled, f.c.name, idle.Round(time.Millisecond), limit)
+	}
+	return nil
+}
+
+// Close stops the background loop, lowers the flag and, if this process
+// holds the flag, releases it so a follower can take over at once. The
+// release is bounded by the Timeout setting. Close is idempotent and safe
+// to call concurrently; it returns when the loop has exited and the last
+// OnLower callback has returned. It returns the release error, if any (the
+// flag is lowered regardless, and an unreleased term expires after its
+// lease).
+func (f *Flag) Close() error {
+	f.closeOnce.Do(func() {
+		f.loopCancel()
+		<-f.loopDone
+		f.mu.Lock()
+		version := f.version
+		f.lowerLocked("closed")
+		f.version = 0
+		f.mu.Unlock()
+		if version != 0 {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(f.loopCtx), f.c.timeout)
+			if err := f.release(ctx, version); err != nil {
+				f.closeErr = err
+			}
+			cancel()
+		}
+		f.shutdown()
+	})
+	return f.closeErr
+}
+
+// shutdown marks the flag closed and frees what it holds besides the row.
+func (f *Flag) shutdown() {
+	if f.stopNotify != nil {
+		f.stopNotify()
+	}
+	close(f.closedCh)
+	f.events.close()
+	f.m.close()
+}
+
+// release gives up the term version; the flag must be lowered already.
+func (f *Flag) release(ctx context.Context, version int64) error {
+	released, err := f.c.store.Release(ctx, f.c.name, f.c.process, version)
+	if err != nil {
+		f.m.countError("release")
+		f.log.LogAttrs(ctx, slog.LevelWarn, "release failed; the term will expire after its lease",
+			slog.Int64("version", version), slog.Any("error", err))
+		return fmt.Errorf("leadership: release flag %q: %w", f.c.name, err)
+	}
+	f.log.LogAttrs(ctx, slog.LevelInfo, "flag released",
+		slog.Int64("version", version), slog.Bool("was_held", released))
+	return nil
+}
+
+// now is the monotonic time since base.
+func (f *Flag) now() int64 { return int64(time.Since(f.base)) }
+
+// raiseLocked announces the flag raised. f.mu is held and trustedUntil
+// already set.
+func (f *Flag) raiseLocked() {
+	if f.raised {
+		return
+	}
+	f.raised = true
+	f.termCtx, f.termCancel = context.WithCancel(context.WithoutCancel(f.loopCtx))
+	close(f.raisedCh)
+	f.m.setState(true)
+	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag raised", slog.Int64("version", f.version))
+	if f.c.onRaise != nil {
+		go f.c.onRaise(f.termCtx)
+	}
+}
+
+// lowerLocked ends the trust window and, if the flag was announced raised,
+// announces it lowered. f.mu is held.
+func (f *Flag) lowerLocked(reason string) {
+	f.trustedUntil.Store(0)
+	if f.lowerTimer != nil {
+		f.lowerTimer.Stop()
+	}
+	if !f.raised {
+		return
+	}
+	f.raised = false
+	f.termCancel()
+	f.raisedCh = make(chan struct{})
+	f.m.setState(false)
+	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag lowered", slog.String("reason", reason), slog.Int64("version", f.version))
+	if f.c.onLower != nil {
+		f.events.post(f.c.onLower)
+	}
+}
+
+// extendLocked sets the trust window of the held term to deadline and arms
+// the timer that lowers the flag when it ends. f.mu is held.
+func (f *Flag) extendLocked(deadline int64) {
+	f.termDeadline = deadline
+	f.trustedUntil.Store(deadline)
+	wait := time.Duration(deadline - f.now())
+	if f.lowerTimer == nil {
+		f.lowerTimer = time.AfterFunc(wait, f.expire)
+	} else {
+		f.lowerTimer.Reset(wait)
+	}
+}
+
+// expire runs when a trust window ends: it lowers the flag unless a renewal
+// extended the window meanwhile.
+func (f *Flag) expire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	deadline := f.trustedUntil.Load()
+	if deadline == 0 {
+		return
+	}
+	if wait := time.Duration(deadline - f.now()); wait > 0 {
+		f.lowerTimer.Reset(wait)
+		return
+	}
+	f.lowerLocked("trust window ended without renewal")
+}

@@ -1,0 +1,158 @@
+package leadership
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// run is the background loop: one goroutine, one timer, woken early by
+// release notifications, stopped by Close.
+func (f *Flag) run(delay time.Duration) {
+	defer close(f.loopDone)
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	for {
+		select {
+		case <-f.loopCtx.Done():
+			return
+		case <-timer.C:
+		case <-f.wake:
+		}
+		delay, _ = f.attemptWith(f.loopCtx)
+		timer.Reset(delay)
+	}
+}
+
+// attemptWith makes one attempt (precheck, then acquire or renew) and
+// returns how long to wait before the next one, and the database error if
+// the attempt failed.
+func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
+	defer func() { f.lastAttemptDone.Store(f.now()) }()
+	if f.c.precheck != nil {
+		pctx, cancel := context.WithTimeout(ctx, f.c.timeout)
+		err := f.c.precheck(pctx)
+		cancel()
+		if err != nil {
+			f.veto(ctx, err)
+			return f.c.pollInterval, nil
+		}
+	}
+	f.mu.Lock()
+	version := f.version
+	f.mu.Unlock()
+
+	sent := f.now() // the trust window counts from before the request leaves
+	actx, cancel := context.WithTimeout(ctx, f.c.timeout)
+	res, err := f.c.store.Acquire(actx, Request{Name: f.c.name, Holder: f.c.process, Version: version, Lease: f.c.lease})
+	cancel()
+	seconds := time.Duration(f.now() - sent).Seconds()
+
+	if err != nil {
+		f.m.observeAttempt("error", seconds)
+		f.m.countError("acquire")
+		f.failures++
+		if ctx.Err() == nil {
+			f.log.LogAttrs(ctx, slog.LevelWarn, "attempt failed",
+				slog.Int64("version", version), slog.Int("failures", f.failures), slog.Any("error", err))
+		}
+		return f.retryDelay(version != 0), err
+	}
+	f.failures = 0
+	if res.Acquired {
+		f.m.observeAttempt("acquired", seconds)
+		f.acquired(ctx, res, sent)
+		return f.c.renewInterval, nil
+	}
+	f.m.observeAttempt("held_by_other", seconds)
+	f.lost(ctx, res)
+	return f.followDelay(res), nil
+}
+
+// acquired handles a successful acquire or renewal sent at sent.
+func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holder = res.Holder
+	if f.version != 0 && f.version != res.Version {
+		// Our former term ended (another process held the flag in
+		// between) and this is a new one.
+		f.lowerLocked("term replaced by a new term")
+	}
+	renewed := f.version == res.Version
+	f.version = res.Version
+	deadline := sent + int64(f.c.lease-f.c.safetyMargin)
+	if f.now() >= deadline {
+		// The reply came too late to trust (stall, slow database): stay
+		// lowered; the next attempt renews the term if nobody took it.
+		f.lowerLocked("reply arrived after the trust window")
+		f.log.LogAttrs(ctx, slog.LevelWarn, "acquired too late to trust; staying lowered",
+			slog.Int64("version", res.Version))
+		return
+	}
+	f.extendLocked(deadline)
+	if renewed && f.raised {
+		f.log.LogAttrs(ctx, slog.LevelDebug, "renewed", slog.Int64("version", res.Version),
+			slog.Time("expires_at", res.ExpiresAt))
+	}
+	f.raiseLocked()
+}
+
+// lost handles an attempt that found the flag held by another term.
+func (f *Flag) lost(ctx context.Context, res Result) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if res.Holder != f.holder {
+		f.log.LogAttrs(ctx, slog.LevelDebug, "flag held by another process",
+			slog.String("holder", res.Holder), slog.Int64("version", res.Version), slog.Time("expires_at", res.ExpiresAt))
+	}
+	f.holder = res.Holder
+	if f.version != 0 {
+		f.version = 0
+		f.lowerLocked("lost the term to another process or an eviction")
+	}
+}
+
+// veto handles a precheck that refused leadership.
+func (f *Flag) veto(ctx context.Context, reason error) {
+	f.mu.Lock()
+	version := f.version
+	f.version = 0
+	f.lowerLocked("vetoed by precheck")
+	f.mu.Unlock()
+	f.log.LogAttrs(ctx, slog.LevelDebug, "precheck vetoed leadership", slog.Any("reason", reason))
+	if version != 0 {
+		rctx, cancel := context.WithTimeout(ctx, f.c.timeout)
+		_ = f.release(rctx, version) // logged; the term expires if this fails
+		cancel()
+	}
+}
+
+// followDelay schedules a follower's next attempt for the holder's expiry
+// by the database clock, plus jitter, and at most one poll interval away.
+func (f *Flag) followDelay(res Result) time.Duration {
+	wait := max(res.ExpiresAt.Sub(res.Now), 0) + f.randomJitter()
+	return max(min(wait, f.c.pollInterval), time.Millisecond)
+}
+
+// retryDelay backs off exponentially after failed attempts: from a quarter
+// of the timeout, capped at half the renew interval for a holder (so it
+// retries several times inside its trust window) and at the poll interval
+// for a follower.
+func (f *Flag) retryDelay(holding bool) time.Duration {
+	limit := f.c.pollInterval
+	if holding {
+		limit = f.c.renewInterval / 2
+	}
+	wait := f.c.timeout / 4 << min(f.failures-1, 16)
+	wait = min(wait, limit)
+	return max(wait/2+time.Duration(rand.Int64N(int64(wait/2)+1)), time.Millisecond)
+}
+
+func (f *Flag) randomJitter() time.Duration {
+	if f.c.jitter <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(f.c.jitter) + 1))
+}

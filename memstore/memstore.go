@@ -1,0 +1,146 @@
+// Package memstore is an in-memory [leadership.Store] for tests of code that
+// uses flags and for simulations of the algorithm. It obeys the same
+// contract as the database stores (package storetest checks it), with the
+// process's own clock as "the database clock". Flags share leadership only
+// when they use the same *Store, so it is no substitute for a database
+// between processes.
+package memstore
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/notify"
+)
+
+// Store keeps flag rows in a map guarded by a mutex. The zero value is not
+// usable; call New.
+type Store struct {
+	mu   sync.Mutex
+	rows map[string]leadership.Record
+	now  func() time.Time
+	hub  notify.Hub
+}
+
+var (
+	_ leadership.Store           = (*Store)(nil)
+	_ leadership.ReleaseNotifier = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock that plays the database clock; default
+// time.Now (which testing/synctest makes virtual).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{rows: make(map[string]leadership.Record), now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Migrate does nothing: there is no schema.
+func (s *Store) Migrate(ctx context.Context) error { return ctx.Err() }
+
+// Acquire implements [leadership.Store.Acquire].
+func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return leadership.Result{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	row, exists := s.rows[req.Name]
+	own := exists && req.Version > 0 && row.Holder == req.Holder && row.Version == req.Version
+	free := !exists || !row.ExpiresAt.After(now)
+	if !own && !free {
+		return leadership.Result{Record: row, Now: now}, nil
+	}
+	if !own {
+		row.Version++
+	}
+	row.Name, row.Holder = req.Name, req.Holder
+	row.RenewedAt, row.ExpiresAt = now, now.Add(req.Lease)
+	s.rows[req.Name] = row
+	return leadership.Result{Record: row, Acquired: true, Now: now}, nil
+}
+
+// Release implements [leadership.Store.Release].
+func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	row, ok := s.rows[name]
+	ok = ok && row.Holder == holder && row.Holder != "" && row.Version == version
+	if ok {
+		now := s.now()
+		row.Holder = ""
+		if row.ExpiresAt.After(now) {
+			row.ExpiresAt = now
+		}
+		s.rows[name] = row
+	}
+	s.mu.Unlock()
+	if ok {
+		s.hub.Notify(name)
+	}
+	return ok, nil
+}
+
+// Evict implements [leadership.Store.Evict].
+func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	row, ok := s.rows[name]
+	ok = ok && row.Holder != ""
+	if ok {
+		row.Holder = ""
+		s.rows[name] = row
+	}
+	s.mu.Unlock()
+	if ok {
+		s.hub.Notify(name)
+	}
+	return ok, nil
+}
+
+// Flags implements [leadership.Store.Flags].
+func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, time.Time{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rows := make([]leadership.Record, 0, len(s.rows))
+	for _, r := range s.rows {
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b leadership.Record) int { return strings.Compare(a.Name, b.Name) })
+	return rows, s.now(), nil
+}
+
+// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
+// store.
+func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(name)
+}

@@ -1,0 +1,178 @@
+package leadership
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Store keeps one versioned row per flag name in a database shared by every
+// process that competes for the flag. The [Flag] algorithm talks to the
+// database only through this interface; the subpackages sqlite, postgres and
+// mysql implement it, and package storetest checks an implementation against
+// the contract written here.
+//
+// A row holds the flag's name, its holder ("" when nobody holds it), its
+// version and two instants read from the database's own clock: when the
+// current term was last acquired or renewed, and when it expires. Every
+// decision that depends on time is taken by the database inside the statement
+// that writes, using its own clock, so the clocks of the competing processes
+// never matter.
+//
+// All methods must be safe for concurrent use by many goroutines and by many
+// processes sharing the database. Methods return an error wrapping
+// [ErrInvalidArgument] for a request that fails [Request.Validate] or carries
+// an invalid name, without touching the database.
+type Store interface {
+	// Migrate creates or upgrades the schema. It is idempotent and safe to
+	// run from several processes at once.
+	Migrate(ctx context.Context) error
+
+	// Acquire acquires or renews the flag req.Name for the term
+	// (req.Holder, req.Version), in one conditional statement judged by the
+	// database clock (one round trip on a networked database):
+	//
+	//   - If the row is held by exactly that term (same holder and
+	//     req.Version > 0 equal to the row's version), the term is renewed:
+	//     the version is kept and the expiry becomes database-now + req.Lease.
+	//     This holds even when the row has expired, because nobody else held
+	//     the flag in between.
+	//   - Otherwise, if there is no row, or the row's expiry is at or before
+	//     database-now (a released row expires at its release), a new term
+	//     starts: the holder becomes req.Holder, the version increases by
+	//     exactly one (a new row starts at version 1) and the expiry becomes
+	//     database-now + req.Lease.
+	//   - Otherwise nothing changes.
+	//
+	// The result reports the row as it stands after the statement, whether
+	// the term now belongs to the requester, and the database clock at the
+	// statement. A losing request still reports who holds the flag and until
+	// when, so a follower can schedule its next attempt for the expiry.
+	Acquire(ctx context.Context, req Request) (Result, error)
+
+	// Release ends the term (holder, version) if it still holds the row:
+	// the holder becomes "" and the expiry becomes database-now, so any
+	// process may acquire at once; the version is kept. It reports whether
+	// the row was released. Releasing a term that no longer holds the row
+	// changes nothing and is not an error.
+	Release(ctx context.Context, name, holder string, version int64) (bool, error)
+
+	// Evict removes the holder of the row, whatever its term, keeping the
+	// version and the expiry. The evicted holder's renewals fail from then
+	// on, while nobody else can acquire before the expiry has passed by the
+	// database clock, so an evicted holder that still trusts its term
+	// cannot overlap with the next one. It reports whether a holder was
+	// removed; evicting a free or unknown flag is not an error.
+	Evict(ctx context.Context, name string) (bool, error)
+
+	// Flags returns every row, ordered by name, with the database clock at
+	// the time of the read.
+	Flags(ctx context.Context) ([]Record, time.Time, error)
+}
+
+// ReleaseNotifier is implemented by stores that can tell waiting processes
+// at once that a flag was released, so that a graceful handover does not
+// wait for the next poll. The postgres store implements it with
+// LISTEN/NOTIFY; the sqlite and memory stores notify the flags of the same
+// process.
+type ReleaseNotifier interface {
+	// NotifyReleases returns a channel that receives a value (it is
+	// buffered; values are dropped, never blocked on, when one is already
+	// pending) after the flag name may have been released, and a function
+	// that stops the notifications. A notification is a hint to attempt
+	// now, never a promise: the channel may stay silent when the
+	// notification path is broken, so callers keep polling.
+	NotifyReleases(name string) (<-chan struct{}, func())
+}
+
+// Request asks a [Store] to acquire or renew a flag for a term.
+type Request struct {
+	// Name of the flag (the row's key).
+	Name string
+	// Holder is the process that asks; never "".
+	Holder string
+	// Version is the version of the term the holder believes it holds,
+	// or 0 when it holds none.
+	Version int64
+	// Lease is how long after database-now the new expiry lies.
+	Lease time.Duration
+}
+
+// Result is the outcome of [Store.Acquire].
+type Result struct {
+	// Record is the row as it stands after the statement. When a losing
+	// request races with a concurrent change, it may be the row as it stood
+	// just before; it is advisory for the loser.
+	Record
+	// Acquired is true when the term (Holder, Version) of Record now
+	// belongs to the requester: either its own term was renewed or a new
+	// term was started for it.
+	Acquired bool
+	// Now is the database clock at the statement.
+	Now time.Time
+}
+
+// Record is one flag's row.
+type Record struct {
+	Name string
+	// Holder is "" when nobody holds the flag.
+	Holder string
+	// Version is the fencing token: it increases by one at every new term
+	// and never otherwise.
+	Version int64
+	// RenewedAt is when the current term was last acquired or renewed, by
+	// the database clock.
+	RenewedAt time.Time
+	// ExpiresAt is when the current term expires, by the database clock.
+	ExpiresAt time.Time
+}
+
+// Limits on names that every store accepts.
+const (
+	// MaxNameLength is the longest flag name or holder, in bytes.
+	MaxNameLength = 255
+	// MinLease is the shortest lease a store accepts. Database clocks
+	// have at best microsecond and at worst millisecond precision; leases
+	// are meant to be seconds.
+	MinLease = 10 * time.Millisecond
+)
+
+// Validate reports whether the request is well formed, with an error
+// wrapping [ErrInvalidArgument] that names the field to fix.
+func (r Request) Validate() error {
+	if err := ValidateName("name", r.Name); err != nil {
+		return err
+	}
+	if err := ValidateName("holder", r.Holder); err != nil {
+		return err
+	}
+	if r.Version < 0 {
+		return fmt.Errorf("%w: version %d is negative", ErrInvalidArgument, r.Version)
+	}
+	if r.Lease < MinLease {
+		return fmt.Errorf("%w: lease %v is shorter than the minimum %v", ErrInvalidArgument, r.Lease, MinLease)
+	}
+	return nil
+}
+
+// ValidateName checks a flag name or holder: not empty, at most
+// [MaxNameLength] bytes, valid UTF-8 without control characters. The error
+// wraps [ErrInvalidArgument] and names the field.
+func ValidateName(field, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
+	case len(s) > MaxNameLength:
+		return fmt.Errorf("%w: %s is %d bytes long, longer than the maximum %d", ErrInvalidArgument, field, len(s), MaxNameLength)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidArgument, field, s)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidArgument, field, s)
+		}
+	}
+	return nil
+}
