@@ -181,6 +181,22 @@ func (s *Store) migrateOnce() error {
 	return nil
 }
 
+// SchemaVersion reports the version of the applied migrations and whether
+// a migration failed half-way (dirty), read from golang-migrate's table
+// [migrations.MigrationsTable]; version 0 means none was applied.
+func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(&version, &dirty)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil && strings.Contains(err.Error(), "no such table"):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	return version, dirty, nil
+}
+
 // checkShape fails with a clear message when the flag table exists with
 // other columns than the store needs (for example, made by hand).
 func (s *Store) checkShape(ctx context.Context) error {

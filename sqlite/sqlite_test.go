@@ -1,8 +1,11 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dbflag/leadership"
@@ -32,4 +35,58 @@ func newStore(t testing.TB, db *sql.DB) *sqlite.Store {
 		t.Fatalf("sqlite.New: %v", err)
 	}
 	return s
+}
+
+func TestSchemaVersion(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := newStore(t, db)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 0 || dirty {
+		t.Fatalf("before Migrate: SchemaVersion = %d, %v, %v; want 0, false, nil", v, dirty, err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 1 || dirty {
+		t.Fatalf("after Migrate: SchemaVersion = %d, %v, %v; want 1, false, nil", v, dirty, err)
+	}
+	if err := db.Ping(); err != nil {
+		t.Fatalf("Migrate closed the caller's database: %v", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	if _, err := sqlite.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := sqlite.Open(""); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Errorf("Open(\"\") = %v, want ErrInvalidArgument", err)
+	}
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "closed.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("x").Build(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Build on a closed database = %v, want an error saying it is closed", err)
+	}
+	// A table of the wrong shape, made by hand.
+	db2, err := sqlite.Open(filepath.Join(t.TempDir(), "wrong.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if _, err := db2.Exec(`CREATE TABLE leadership_flags (name TEXT PRIMARY KEY, owner TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	err = newStore(t, db2).Migrate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "does not have the columns") {
+		t.Fatalf("Migrate over a wrong table = %v, want a shape error", err)
+	}
 }
