@@ -142,7 +142,8 @@ func (b *FlagBuilder) OnRaise(fn func(ctx context.Context)) *FlagBuilder { b.onR
 
 // OnLower sets a function called each time the flag is lowered after having
 // been raised. Calls to OnLower are made one at a time, in order, from one
-// goroutine; Close waits for the last one to return.
+// goroutine; Close waits for the last one to return, so OnLower must not
+// call Close.
 func (b *FlagBuilder) OnLower(fn func()) *FlagBuilder { b.onLower = fn; return b }
 
 // config is the validated, completed set of settings.

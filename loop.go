@@ -133,7 +133,9 @@ func (f *Flag) veto(ctx context.Context, reason error) {
 // by the database clock, plus jitter, and at most one poll interval away.
 func (f *Flag) followDelay(res Result) time.Duration {
 	wait := max(res.ExpiresAt.Sub(res.Now), 0) + f.randomJitter()
-	return max(min(wait, f.c.pollInterval), time.Millisecond)
+	// The floor keeps a follower from spinning when a losing result
+	// reports no expiry (a row it could not read).
+	return max(min(wait, f.c.pollInterval), min(10*time.Millisecond, f.c.pollInterval))
 }
 
 // retryDelay backs off exponentially after failed attempts: from a quarter
