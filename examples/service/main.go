@@ -1,0 +1,107 @@
+// Command service is a small service to copy: it runs a leader-only job
+// every few seconds with gocron, serves Prometheus metrics on /metrics, a
+// liveness probe on /healthz and a leader-only readiness probe on /leader.
+// Start it several times against one database and only one instance runs
+// the job.
+//
+//	go run ./examples/service -addr :8081 &
+//	go run ./examples/service -addr :8082 &
+//	curl localhost:8081/leader localhost:8082/leader
+//
+// The database is SQLite (file service.db) by default.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/gocronflag"
+	"github.com/dbflag/leadership/healthz"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "HTTP address for /metrics, /healthz and /leader")
+	dsn := flag.String("dsn", "sqlite:service.db", "database: sqlite:PATH")
+	every := flag.Duration("every", 3*time.Second, "how often the leader runs the job")
+	lease := flag.Duration("lease", 10*time.Second, "leadership lease")
+	flag.Parse()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*addr, *dsn, *every, *lease, logger); err != nil {
+		logger.Error("service failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, dsn string, every, lease time.Duration, logger *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	store, closeStore, err := openStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	f, err := leadership.NewFlag().
+		Store(store).
+		Name("example-service-job").
+		Lease(lease).
+		Logger(logger).
+		MetricsRegisterer(reg).
+		Build(ctx)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(f)))
+	if err != nil {
+		return err
+	}
+	_, err = s.NewJob(gocron.DurationJob(every), gocron.NewTask(func() {
+		token, _ := f.Token()
+		logger.Info("leader-only job ran", "token", token)
+	}))
+	if err != nil {
+		return err
+	}
+	s.Start()
+	defer func() { _ = s.Shutdown() }()
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/healthz", healthz.Liveness(f))
+	mux.Handle("/leader", healthz.LeaderOnly(f))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errs := make(chan error, 1)
+	go func() { errs <- srv.ListenAndServe() }()
+	logger.Info("serving", "addr", addr, "process", f.Process())
+
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		return fmt.Errorf("http: %w", err)
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

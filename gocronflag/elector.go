@@ -1,0 +1,59 @@
+// Package gocronflag connects leadership flags to the scheduler
+// github.com/go-co-op/gocron/v2, so that a fleet of schedulers sharing one
+// database runs each job on one instance only.
+//
+// # Elector
+//
+// [Elector] makes a [leadership.Flag] a gocron.Elector: gocron asks it
+// before every run, and it answers nil only while the flag is raised.
+//
+//	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(flag)))
+//
+// This is the safe choice: one flag decides for all jobs, and the flag's
+// trust window guarantees that no two schedulers start a job at the same
+// moment. A run that already started is not stopped when leadership moves
+// (gocron cannot stop it); jobs that must stop should watch
+// [leadership.Flag.LeaderContext].
+//
+// # Locker
+//
+// [NewLocker] makes a gocron.Locker from a [leadership.Store]: each run of
+// a job takes the row "gocron-lock:<job name>" for one lease. It fits the
+// row model, but it is weaker than the Elector and gocron documents why: a
+// lock is taken per run, so schedulers whose clocks differ race for each
+// tick, and a run longer than the lock's lease keeps running after the lock
+// could be taken by another scheduler (the locker renews the lock while the
+// run lasts, but cannot stop the run if a renewal fails). Use it only for
+// per-job mutual exclusion where an occasional overlap is harmless;
+// otherwise use the Elector.
+package gocronflag
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-co-op/gocron/v2"
+
+	"github.com/dbflag/leadership"
+)
+
+// ErrNotLeader is returned by the elector while the flag is lowered.
+var ErrNotLeader = errors.New("gocronflag: not the leader")
+
+type elector struct{ flag *leadership.Flag }
+
+var _ gocron.Elector = elector{}
+
+// Elector returns a gocron.Elector that answers nil only while f is
+// raised, and an error wrapping [ErrNotLeader] that names the holder
+// otherwise.
+func Elector(f *leadership.Flag) gocron.Elector { return elector{flag: f} }
+
+// IsLeader implements gocron.Elector.
+func (e elector) IsLeader(context.Context) error {
+	if e.flag.Raised() {
+		return nil
+	}
+	return fmt.Errorf("%w: flag %q is held by %q", ErrNotLeader, e.flag.Name(), e.flag.Holder())
+}

@@ -1,0 +1,196 @@
+package gocronflag_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"go.uber.org/goleak"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/gocronflag"
+	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const lease = time.Second
+
+// openStore opens a store on the shared file with its own pool, as
+// another process would.
+func openStore(t *testing.T, path string) leadership.Store {
+	t.Helper()
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := sqlite.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type run struct {
+	scheduler   int
+	at          time.Time
+	othersRaise bool // another scheduler's flag was raised when the run started
+}
+
+func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flags.db")
+	cut := faultstore.Wrap(openStore(t, path))
+	var flags []*leadership.Flag
+	for i := range 3 {
+		store := leadership.Store(cut)
+		if i > 0 {
+			store = openStore(t, path)
+		}
+		f, err := leadership.NewFlag().Store(store).Name("jobs").Lease(lease).PollInterval(100 * time.Millisecond).Build(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		flags = append(flags, f)
+	}
+	var mu sync.Mutex
+	var runs []run
+	for i, f := range flags {
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.NewJob(gocron.DurationJob(50*time.Millisecond), gocron.NewTask(func() {
+			others := false
+			for j, g := range flags {
+				others = others || (j != i && g.Raised())
+			}
+			mu.Lock()
+			runs = append(runs, run{scheduler: i, at: time.Now(), othersRaise: others})
+			mu.Unlock()
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { _ = s.Shutdown() })
+	}
+	time.Sleep(time.Second)
+	cut.Fail(errors.New("leader cut off"))
+	cutAt := time.Now()
+	time.Sleep(lease + 2*time.Second)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var lastOld, firstNew time.Time
+	for _, r := range runs {
+		if r.othersRaise {
+			t.Fatalf("scheduler %d ran at %v while another scheduler's flag was raised", r.scheduler, r.at)
+		}
+		if r.scheduler == 0 {
+			lastOld = r.at
+		} else if firstNew.IsZero() {
+			firstNew = r.at
+		}
+	}
+	if lastOld.IsZero() || firstNew.IsZero() {
+		t.Fatalf("runs before the cut: %v, after: %v; want both", !lastOld.IsZero(), !firstNew.IsZero())
+	}
+	if !lastOld.Before(firstNew) {
+		t.Fatalf("the old leader ran at %v, after the new leader's first run at %v", lastOld, firstNew)
+	}
+	if lastOld.Sub(cutAt) > lease {
+		t.Fatalf("the old leader still ran %v after it was cut off, past its trust window", lastOld.Sub(cutAt))
+	}
+	if took := firstNew.Sub(cutAt); took > lease+time.Second {
+		t.Fatalf("jobs resumed %v after the leader was cut off, want about one lease", took)
+	}
+	t.Logf("%d runs; the old leader's last run %v after the cut, the new leader's first %v after", len(runs), lastOld.Sub(cutAt), firstNew.Sub(cutAt))
+}
+
+func TestElectorNamesTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flags.db")
+	a, err := leadership.NewFlag().Store(openStore(t, path)).Name("n").Process("host-a").Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := leadership.NewFlag().Store(openStore(t, path)).Name("n").Process("host-b").Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := gocronflag.Elector(a).IsLeader(context.Background()); err != nil {
+		t.Fatalf("leader's IsLeader = %v", err)
+	}
+	err = gocronflag.Elector(b).IsLeader(context.Background())
+	if !errors.Is(err, gocronflag.ErrNotLeader) || !strings.Contains(err.Error(), "host-a") {
+		t.Fatalf("follower's IsLeader = %v, want ErrNotLeader naming host-a", err)
+	}
+}
+
+func TestLockerExcludesConcurrentRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flags.db")
+	type span struct {
+		scheduler  int
+		start, end time.Time
+	}
+	var mu sync.Mutex
+	var spans []span
+	for i := range 3 {
+		locker, err := gocronflag.NewLocker(context.Background(), openStore(t, path), "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.NewJob(gocron.DurationJob(100*time.Millisecond), gocron.NewTask(func() {
+			start := time.Now()
+			time.Sleep(30 * time.Millisecond)
+			mu.Lock()
+			spans = append(spans, span{i, start, time.Now()})
+			mu.Unlock()
+		}), gocron.WithName("report"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { _ = s.Shutdown() })
+	}
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(spans) < 3 {
+		t.Fatalf("only %d runs in 2s", len(spans))
+	}
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if a.scheduler != b.scheduler && a.start.Before(b.end) && b.start.Before(a.end) {
+				t.Fatalf("runs of schedulers %d and %d overlap", a.scheduler, b.scheduler)
+			}
+		}
+	}
+	t.Logf("%d runs in 2s, none overlapping", len(spans))
+}
+
+func TestNewLockerRejectsBadInput(t *testing.T) {
+	if _, err := gocronflag.NewLocker(context.Background(), nil, "p", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Errorf("nil store: %v", err)
+	}
+	s := openStore(t, filepath.Join(t.TempDir(), "f.db"))
+	if _, err := gocronflag.NewLocker(context.Background(), s, "", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Errorf("empty process: %v", err)
+	}
+	if _, err := gocronflag.NewLocker(context.Background(), s, "p", 0); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Errorf("zero lease: %v", err)
+	}
+}
