@@ -15,26 +15,12 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/cronflag"
 	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/sqlite"
+	"github.com/dbflag/leadership/internal/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const lease = time.Second
-
-func openStore(t *testing.T, path string) leadership.Store {
-	t.Helper()
-	db, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := sqlite.New(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func buildFlag(t *testing.T, s leadership.Store) *leadership.Flag {
 	t.Helper()
@@ -51,8 +37,8 @@ func buildFlag(t *testing.T, s leadership.Store) *leadership.Flag {
 // told to stop before any other scheduler's job starts.
 func TestWrapperRunsOnlyOnLeaderAndStopsJobWhenLeadershipMoves(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	cut := faultstore.Wrap(openStore(t, path))
-	flags := []*leadership.Flag{buildFlag(t, cut), buildFlag(t, openStore(t, path)), buildFlag(t, openStore(t, path))}
+	cut := faultstore.Wrap(testdb.SQLite(t, path))
+	flags := []*leadership.Flag{buildFlag(t, cut), buildFlag(t, testdb.SQLite(t, path)), buildFlag(t, testdb.SQLite(t, path))}
 
 	var running atomic.Int32 // jobs running right now, across schedulers
 	var overlap atomic.Bool
@@ -117,8 +103,8 @@ func TestWrapperRunsOnlyOnLeaderAndStopsJobWhenLeadershipMoves(t *testing.T) {
 
 func TestWrapperSkipsPlainJobsOnFollowers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	leader := buildFlag(t, openStore(t, path))
-	follower := buildFlag(t, openStore(t, path))
+	leader := buildFlag(t, testdb.SQLite(t, path))
+	follower := buildFlag(t, testdb.SQLite(t, path))
 	var runs [2]atomic.Int32
 	c := cron.New(cron.WithSeconds())
 	for i, f := range []*leadership.Flag{leader, follower} {

@@ -15,28 +15,12 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/gocronflag"
 	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/sqlite"
+	"github.com/dbflag/leadership/internal/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const lease = time.Second
-
-// openStore opens a store on the shared file with its own pool, as
-// another process would.
-func openStore(t *testing.T, path string) leadership.Store {
-	t.Helper()
-	db, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	s, err := sqlite.New(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 type run struct {
 	scheduler   int
@@ -46,12 +30,12 @@ type run struct {
 
 func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	cut := faultstore.Wrap(openStore(t, path))
+	cut := faultstore.Wrap(testdb.SQLite(t, path))
 	var flags []*leadership.Flag
 	for i := range 3 {
 		store := leadership.Store(cut)
 		if i > 0 {
-			store = openStore(t, path)
+			store = testdb.SQLite(t, path)
 		}
 		f, err := leadership.NewFlag().Store(store).Name("jobs").Lease(lease).PollInterval(100 * time.Millisecond).Build(context.Background())
 		if err != nil {
@@ -117,12 +101,12 @@ func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
 
 func TestElectorNamesTheHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	a, err := leadership.NewFlag().Store(openStore(t, path)).Name("n").Process("host-a").Build(context.Background())
+	a, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-a").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := leadership.NewFlag().Store(openStore(t, path)).Name("n").Process("host-b").Build(context.Background())
+	b, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-b").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +129,7 @@ func TestLockerExcludesConcurrentRuns(t *testing.T) {
 	var mu sync.Mutex
 	var spans []span
 	for i := range 3 {
-		locker, err := gocronflag.NewLocker(context.Background(), openStore(t, path), "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
+		locker, err := gocronflag.NewLocker(context.Background(), testdb.SQLite(t, path), "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +170,7 @@ func TestNewLockerRejectsBadInput(t *testing.T) {
 	if _, err := gocronflag.NewLocker(context.Background(), nil, "p", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("nil store: %v", err)
 	}
-	s := openStore(t, filepath.Join(t.TempDir(), "f.db"))
+	s := testdb.SQLite(t, filepath.Join(t.TempDir(), "f.db"))
 	if _, err := gocronflag.NewLocker(context.Background(), s, "", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("empty process: %v", err)
 	}
