@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SQLSTATE codes the store treats specially.
+const (
+	codeSerializationFailure  = "40001"
+	codeDeadlockDetected      = "40P01"
+	codeInsufficientPrivilege = "42501"
+	codeUndefinedTable        = "42P01"
+	codeQueryCanceled         = "57014"
+	codeAdminShutdown         = "57P01"
+)
+
+// sqlState returns the SQLSTATE of err, or "" when it has none. It reads
+// the interface pgconn.PgError implements, so no driver type is needed.
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
+}
+
+// retryTransient runs fn and runs it once more, after a short pause, when
+// it fails with a serialization failure or a deadlock (possible when the
+// server's default isolation is SERIALIZABLE); the statement then had no
+// effect. Other errors are returned as they are.
+func retryTransient(ctx context.Context, fn func() error) error {
+	err := fn()
+	switch sqlState(err) {
+	case codeSerializationFailure, codeDeadlockDetected:
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+		return fn()
+	}
+	return err
+}
+
+// describe wraps err with what failed and, when the cause is known, how to
+// fix it.
+func describe(what string, err error) error {
+	switch sqlState(err) {
+	case codeInsufficientPrivilege:
+		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags (and CREATE on the schema to run migrations): %w", what, err)
+	case codeUndefinedTable:
+		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path: %w", what, err)
+	case codeQueryCanceled:
+		return fmt.Errorf("postgres: %s: cancelled (statement_timeout or context): %w", what, err)
+	case codeAdminShutdown:
+		return fmt.Errorf("postgres: %s: server shutting down: %w", what, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", what, err)
+}

@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/dbflag/leadership/migrations"
+)
+
+// Migrate applies the embedded migrations with golang-migrate into the
+// table [migrations.MigrationsTable] of the current schema, then checks the
+// flag table's shape. Concurrent calls from many processes are serialized
+// by golang-migrate's advisory lock. It never closes the pool.
+func (s *Store) Migrate(ctx context.Context) error {
+	// golang-migrate's pgx driver keeps a connection it took out of the pool
+	// when it fails to create its version table, and that connection would
+	// keep pool.Close from returning; so the usual reasons it fails are
+	// caught here first.
+	var (
+		schema          *string
+		canCreate, have bool
+	)
+	err := s.pool.QueryRow(ctx, `SELECT current_schema(),
+    coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
+    to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL`).Scan(&schema, &canCreate, &have)
+	if err != nil {
+		return describe("connect", err)
+	}
+	if schema == nil {
+		return errors.New("postgres: no schema to migrate into: no schema of the search_path exists or the role lacks USAGE on it; set search_path in the DSN to an existing schema the role may use")
+	}
+	if !canCreate && !have {
+		return fmt.Errorf("postgres: apply migrations: the role needs CREATE on schema %q (or let an administrator apply the migrations and build flags with Migrate(false))", *schema)
+	}
+	if err := s.migrate(); err != nil {
+		if sqlState(err) == codeInsufficientPrivilege || strings.Contains(err.Error(), "permission denied") {
+			return fmt.Errorf("postgres: apply migrations: permission denied: the role needs CREATE on the schema (or let an administrator apply the migrations and build flags with Migrate(false)): %w", err)
+		}
+		return fmt.Errorf("postgres: apply migrations: %w", err)
+	}
+	return s.checkShape(ctx)
+}
+
+func (s *Store) migrate() (err error) {
+	src, err := iofs.New(migrations.FS, "postgres")
+	if err != nil {
+		return fmt.Errorf("read migrations: %w", err)
+	}
+	// A *sql.DB over the pool: closing it (migrate's Close does) leaves the
+	// pool open. migrate's Close must run, or its held connection keeps
+	// pool.Close from returning.
+	db := stdlib.OpenDBFromPool(s.pool)
+	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
+	if err != nil {
+		src.Close()
+		db.Close()
+		return err
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		src.Close()
+		drv.Close()
+		return err
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return err
+	}
+	return nil
+}
+
+// wantColumns is the shape of leadership_flags the statements need.
+var wantColumns = map[string]string{
+	"name":       "text",
+	"holder":     "text",
+	"version":    "bigint",
+	"renewed_at": "timestamp with time zone",
+	"expires_at": "timestamp with time zone",
+}
+
+// checkShape fails with a clear message when leadership_flags in the
+// current schema lacks a column the store needs or has it with another
+// type (for example, a table made by hand).
+func (s *Store) checkShape(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, `
+SELECT column_name, data_type FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = 'leadership_flags'`)
+	if err != nil {
+		return describe("check table shape", err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var col, typ string
+		if err := rows.Scan(&col, &typ); err != nil {
+			rows.Close()
+			return describe("check table shape", err)
+		}
+		got[col] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return describe("check table shape", err)
+	}
+	var wrong []string
+	for col, typ := range wantColumns {
+		if got[col] != typ {
+			have := got[col]
+			if have == "" {
+				have = "missing"
+			}
+			wrong = append(wrong, fmt.Sprintf("%s %s (is %s)", col, typ, have))
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("postgres: table leadership_flags has the wrong shape, want columns %s: drop it (and the table %s) and let Migrate create it",
+			strings.Join(wrong, ", "), migrations.MigrationsTable)
+	}
+	return nil
+}
+
+// SchemaVersion reports the version of the applied migrations and whether
+// one failed half-way (dirty), from golang-migrate's table in the current
+// schema; 0 when none was applied.
+func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
+	var v int64
+	err = s.pool.QueryRow(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(&v, &dirty)
+	switch {
+	case err == nil:
+		return uint(v), dirty, nil
+	case sqlState(err) == codeUndefinedTable, errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	}
+	return 0, false, describe("read schema version", err)
+}
