@@ -17,7 +17,7 @@ import "embed"
 
 // FS holds the migrations, under sqlite/, postgres/ and mysql/.
 //
-//go:embed sqlite/*.sql postgres/*.sql
+//go:embed sqlite/*.sql postgres/*.sql mysql/*.sql
 var FS embed.FS
 
 // Names shared by every dialect.

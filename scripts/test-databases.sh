@@ -105,6 +105,7 @@ mariadb -e "
 CREATE DATABASE IF NOT EXISTS leadership;
 CREATE USER IF NOT EXISTS 'lead'@'127.0.0.1' IDENTIFIED BY 'lead';
 GRANT ALL ON leadership.* TO 'lead'@'127.0.0.1';
+GRANT ALL ON \`leadership_%\`.* TO 'lead'@'127.0.0.1';
 CREATE USER IF NOT EXISTS 'lead_ro'@'127.0.0.1' IDENTIFIED BY 'lead';
 GRANT SELECT ON leadership.* TO 'lead_ro'@'127.0.0.1';
 " >&2 || die "could not create the MariaDB database and users"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,9 +34,13 @@ func Postgres(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The same roles as scripts/test-databases.sh creates.
+	init := writeScript(t, "roles.sql", `CREATE ROLE lead_noddl LOGIN PASSWORD 'lead';
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE ON SCHEMA public TO lead_noddl;`)
 	ctr, err := tcpostgres.Run(ctx, image("LEADERSHIP_TEST_POSTGRES_IMAGE", DefaultPostgresImage),
 		tcpostgres.WithDatabase("leadership"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-		tcpostgres.BasicWaitStrategies())
+		tcpostgres.WithInitScripts(init), tcpostgres.BasicWaitStrategies())
 	testcontainers.CleanupContainer(t, ctr)
 	if err != nil {
 		t.Fatalf("start a PostgreSQL container: %v", err)
@@ -59,8 +64,14 @@ func MySQL(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// The same users as scripts/test-databases.sh creates; tests create
+	// databases named leadership_*.
+	init := writeScript(t, "users.sql", "CREATE USER 'lead_ro'@'%' IDENTIFIED BY 'lead';\n"+
+		"GRANT SELECT ON leadership.* TO 'lead_ro'@'%';\n"+
+		"GRANT ALL ON `leadership_%`.* TO 'lead'@'%';\n")
 	ctr, err := tcmysql.Run(ctx, image("LEADERSHIP_TEST_MYSQL_IMAGE", DefaultMySQLImage),
-		tcmysql.WithDatabase("leadership"), tcmysql.WithUsername("lead"), tcmysql.WithPassword("lead"))
+		tcmysql.WithDatabase("leadership"), tcmysql.WithUsername("lead"), tcmysql.WithPassword("lead"),
+		tcmysql.WithScripts(init))
 	testcontainers.CleanupContainer(t, ctr)
 	if err != nil {
 		t.Fatalf("start a MySQL container: %v", err)
@@ -70,6 +81,16 @@ func MySQL(t testing.TB) string {
 		t.Fatalf("MySQL container address: %v", err)
 	}
 	return dsn
+}
+
+// writeScript writes an initialisation script for a container.
+func writeScript(t testing.TB, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+	return path
 }
 
 func image(env, def string) string {

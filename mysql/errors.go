@@ -1,0 +1,80 @@
+package mysql
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL error numbers the store treats specially.
+const (
+	errDBAccessDenied    = 1044
+	errAccessDenied      = 1045
+	errBadDB             = 1049
+	errTableAccessDenied = 1142
+	errNoSuchTable       = 1146
+	errDupEntry          = 1062
+	errLockWaitTimeout   = 1205
+	errLockDeadlock      = 1213
+	errProcAccessDenied  = 1370
+	errSPDoesNotExist    = 1305
+	errQueryInterrupted  = 1317
+	errMaxExecTimeExceed = 3024 // MySQL max_execution_time
+	errStatementTimeout  = 1969 // MariaDB max_statement_time
+	errServerShutdown    = 1053
+	errConnectionKilled  = 1927 // MariaDB: connection was killed
+)
+
+// number returns the MySQL error number of err, or 0 when it has none.
+func number(err error) uint16 {
+	var e *mysql.MySQLError
+	if errors.As(err, &e) {
+		return e.Number
+	}
+	return 0
+}
+
+// retryTransient runs fn and runs it once more, after a short pause, when
+// it failed in a way that leaves no effect behind: a deadlock (InnoDB rolls
+// the statement back), a lock wait timeout or a duplicate key from two
+// inserts of a new flag racing. Anything else is returned as it is; the
+// flag treats an error as "not acquired", never as a raise.
+func retryTransient(ctx context.Context, fn func() error) error {
+	err := fn()
+	switch number(err) {
+	case errLockDeadlock, errLockWaitTimeout, errDupEntry:
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+		return fn()
+	}
+	return err
+}
+
+// describe wraps err with what failed and, when the cause is known, how to
+// fix it. It never shows the DSN.
+func describe(what string, err error) error {
+	switch n := number(err); {
+	case n == errTableAccessDenied || n == errProcAccessDenied || n == errDBAccessDenied:
+		return fmt.Errorf("mysql: %s: permission denied: grant the user SELECT, INSERT, UPDATE on leadership_flags and EXECUTE on leadership_acquire (and CREATE, CREATE ROUTINE, ALTER ROUTINE to run migrations): %w", what, err)
+	case n == errAccessDenied:
+		return fmt.Errorf("mysql: %s: login refused: check the user and password of the DSN: %w", what, err)
+	case n == errBadDB:
+		return fmt.Errorf("mysql: %s: the DSN's database does not exist: create it or fix the DSN: %w", what, err)
+	case n == errNoSuchTable || n == errSPDoesNotExist:
+		return fmt.Errorf("mysql: %s: schema missing: run the migrations (Build does unless Migrate(false)) and check the DSN's database: %w", what, err)
+	case n == errQueryInterrupted || n == errMaxExecTimeExceed || n == errStatementTimeout:
+		return fmt.Errorf("mysql: %s: statement interrupted (timeout or context): %w", what, err)
+	case n == errServerShutdown || n == errConnectionKilled:
+		return fmt.Errorf("mysql: %s: server shutting down or connection killed: %w", what, err)
+	case errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn):
+		return fmt.Errorf("mysql: %s: connection lost: %w", what, err)
+	}
+	return fmt.Errorf("mysql: %s: %w", what, err)
+}

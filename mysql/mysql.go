@@ -1,0 +1,197 @@
+// Package mysql is the [leadership.Store] for MySQL 8.0+ and MariaDB 10.6+
+// on github.com/go-sql-driver/mysql, for fleets whose shared database is
+// MySQL.
+//
+//	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+//	store, err := mysql.New(db)
+//	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
+//
+// # Statements and clock
+//
+// Acquire-or-renew is one round trip: CALL leadership_acquire(…), a stored
+// procedure the migrations create, runs one INSERT … ON DUPLICATE KEY
+// UPDATE whose assignments change the row only when it is held by the
+// caller's term or expired, reports the outcome through LAST_INSERT_ID, and
+// returns the row, so a losing attempt learns who holds the flag and until
+// when. MySQL has no INSERT … RETURNING and MariaDB has none for the update
+// of an upsert, hence the procedure. The statement is right whether or not
+// MariaDB's SIMULTANEOUS_ASSIGNMENT sql mode is on.
+//
+// Instants are integer microseconds since the Unix epoch read from
+// UTC_TIMESTAMP(6) inside the statement, which starts after the client
+// sent it: the ordering the flag's trust window relies on.
+//
+// # DSN
+//
+// The store needs no DSN parameter: it reads no DATETIME column, so
+// parseTime and loc do not matter, and UTC_TIMESTAMP makes the session
+// time_zone irrelevant; clientFoundRows, interpolateParams and
+// multiStatements do not matter either. The tests run it with several of
+// these settings.
+//
+// # Schema and privileges
+//
+// The table leadership_flags, the procedure leadership_acquire and
+// golang-migrate's version table leadership_schema_migrations live in the
+// connection's database. [Store.Migrate] needs CREATE, ALTER ROUTINE and
+// CREATE ROUTINE there; when an administrator applied the migrations, the
+// application user needs SELECT, INSERT, UPDATE on leadership_flags,
+// EXECUTE on the procedure and SELECT on leadership_schema_migrations. The
+// procedure runs with the caller's privileges (SQL SECURITY INVOKER).
+//
+// # Release notifications
+//
+// MySQL has no LISTEN/NOTIFY: flags of other processes learn of a release
+// at their next poll. Flags of the same process on one Store are woken at
+// once.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/notify"
+)
+
+// Store is the MySQL/MariaDB store. It is safe for concurrent use; create
+// it with [New].
+type Store struct {
+	db  *sql.DB
+	hub notify.Hub
+}
+
+var (
+	_ leadership.Store           = (*Store)(nil)
+	_ leadership.ReleaseNotifier = (*Store)(nil)
+)
+
+// Option configures a Store. There are none yet; the parameter keeps New's
+// signature stable.
+type Option func(*Store)
+
+// New returns a store on db, a database opened with the "mysql" driver of
+// github.com/go-sql-driver/mysql. It never closes db. The schema is applied
+// by [Store.Migrate], which [leadership.FlagBuilder.Build] calls by default.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
+	}
+	s := &Store{db: db}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// nowMicros is the database clock in microseconds since the Unix epoch,
+// independent of the session time zone.
+const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
+
+// Acquire implements [leadership.Store.Acquire].
+func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
+	var res leadership.Result
+	err := retryTransient(ctx, func() error {
+		var renewed, expires, now int64
+		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+		err := s.db.QueryRowContext(ctx, `CALL leadership_acquire(?, ?, ?, ?)`, req.Name, req.Holder, req.Version, micros).
+			Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now)
+		res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
+		return err
+	})
+	if err != nil {
+		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+	}
+	return res, nil
+}
+
+// Release implements [leadership.Store.Release].
+func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	// holder always changes, so "rows affected" means the same with and
+	// without clientFoundRows.
+	return s.change(ctx, "release "+quote(name), name, `
+UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
+WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
+}
+
+// Evict implements [leadership.Store.Evict].
+func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	return s.change(ctx, "evict "+quote(name), name,
+		`UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
+}
+
+// change runs an UPDATE of the row of name, reports whether it changed it
+// and, if so, wakes this process's flags waiting for name.
+func (s *Store) change(ctx context.Context, what, name, query string, args ...any) (bool, error) {
+	var n int64
+	err := retryTransient(ctx, func() error {
+		r, err := s.db.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, describe(what, err)
+	}
+	if n > 0 {
+		s.hub.Notify(name)
+	}
+	return n > 0, nil
+}
+
+// Flags implements [leadership.Store.Flags]: one statement, so the rows and
+// the clock are read at one instant.
+func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `
+SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
+FROM (SELECT `+nowMicros+` AS now) c LEFT JOIN leadership_flags f ON TRUE
+ORDER BY f.name`)
+	if err != nil {
+		return nil, time.Time{}, describe("list flags", err)
+	}
+	defer rows.Close()
+	var (
+		out []leadership.Record
+		now int64
+	)
+	for rows.Next() {
+		var (
+			name, holder              sql.NullString
+			version, renewed, expires sql.NullInt64
+		)
+		if err := rows.Scan(&now, &name, &holder, &version, &renewed, &expires); err != nil {
+			return nil, time.Time{}, describe("list flags", err)
+		}
+		if !name.Valid {
+			continue // no flags: the clock's row alone
+		}
+		out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
+			RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, describe("list flags", err)
+	}
+	return out, time.UnixMicro(now), nil
+}
+
+// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
+// store (this process only).
+func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(name)
+}
+
+func quote(name string) string { return fmt.Sprintf("%q", name) }

@@ -1,0 +1,244 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/mysql"
+	"github.com/dbflag/leadership/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// openDB opens a *sql.DB of its own (a "process") on dsn.
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("sql.Open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func newStore(t testing.TB, db *sql.DB) *mysql.Store {
+	t.Helper()
+	s, err := mysql.New(db)
+	if err != nil {
+		t.Fatalf("mysql.New: %v", err)
+	}
+	return s
+}
+
+// freshDatabase creates a database of its own for the test and returns dsn
+// pointing at it with the extra DSN parameters params applied.
+func freshDatabase(t testing.TB, dsn string, params map[string]string) string {
+	t.Helper()
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	name := cfg.DBName + "_t" + hex.EncodeToString(b[:])
+	admin := openDB(t, dsn)
+	if _, err := admin.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		t.Fatalf("create database %s (scripts/test-databases.sh grants it on %s_%%): %v", name, cfg.DBName, err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE `" + name + "`") })
+	cfg.DBName = name
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	for k, v := range params {
+		switch k {
+		case "clientFoundRows":
+			cfg.ClientFoundRows = v == "true"
+		case "parseTime":
+			cfg.ParseTime = v == "true"
+		case "interpolateParams":
+			cfg.InterpolateParams = v == "true"
+		case "loc":
+			loc, err := time.LoadLocation(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Loc = loc
+		default:
+			cfg.Params[k] = v // a system variable of the session
+		}
+	}
+	return cfg.FormatDSN()
+}
+
+func isMariaDB(t testing.TB, db *sql.DB) bool {
+	t.Helper()
+	var v string
+	if err := db.QueryRow(`SELECT VERSION()`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(strings.ToLower(v), "mariadb")
+}
+
+// TestConformance runs the store suite on a real server, every store with
+// a *sql.DB of its own, as separate processes have.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+}
+
+// TestConformanceSimultaneousAssignment runs the contract with the
+// procedure created, and called, under MariaDB's SIMULTANEOUS_ASSIGNMENT
+// sql mode, in which the assignments of ON DUPLICATE KEY UPDATE all see
+// the old row.
+func TestConformanceSimultaneousAssignment(t *testing.T) {
+	t.Parallel()
+	base := testdb.MySQL(t)
+	if !isMariaDB(t, openDB(t, base)) {
+		t.Skip("SIMULTANEOUS_ASSIGNMENT is a MariaDB sql mode; this server is MySQL")
+	}
+	dsn := freshDatabase(t, base, map[string]string{"sql_mode": "'SIMULTANEOUS_ASSIGNMENT,STRICT_TRANS_TABLES'"})
+	db := openDB(t, dsn)
+	if err := newStore(t, db).Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := db.QueryRow(`SELECT sql_mode FROM information_schema.routines
+		WHERE routine_schema = DATABASE() AND routine_name = 'leadership_acquire'`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(mode, "SIMULTANEOUS_ASSIGNMENT") {
+		t.Fatalf("the procedure's sql_mode is %q, want SIMULTANEOUS_ASSIGNMENT", mode)
+	}
+	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+}
+
+// TestConformanceWhateverTheDSN runs the contract with the DSN settings
+// that change how the driver reports rows and times.
+func TestConformanceWhateverTheDSN(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), map[string]string{
+		"clientFoundRows":   "true",
+		"parseTime":         "true",
+		"interpolateParams": "true",
+		"loc":               "Asia/Tokyo",
+		"time_zone":         "'-07:00'",
+	})
+	storetest.RunContract(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+
+	// The database clock reads the same instant whatever the session's
+	// time zone: the server runs on this machine, so it agrees with
+	// time.Now to well within a few seconds.
+	_, now, err := newStore(t, openDB(t, dsn)).Flags(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(now); d < -5*time.Second || d > 5*time.Second {
+		t.Fatalf("database clock %v is %v away from this machine's; a time zone leaked into it", now, d)
+	}
+}
+
+// TestMigrateLeavesDBOpen checks that applying migrations (twice) neither
+// closes the caller's *sql.DB nor keeps a connection.
+func TestMigrateLeavesDBOpen(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	s := newStore(t, db)
+	for range 2 {
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 2 || dirty {
+		t.Fatalf("SchemaVersion = %d, %v, %v; want 2, false, nil", v, dirty, err)
+	}
+	if err := db.Ping(); err != nil {
+		t.Fatalf("the db is unusable after Migrate: %v", err)
+	}
+	if n := db.Stats().InUse; n != 0 {
+		t.Fatalf("%d connections still in use after Migrate", n)
+	}
+}
+
+func TestReadOnlyUserCannotMigrate(t *testing.T) {
+	t.Parallel()
+	cfg, err := driver.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = "lead_ro", "lead"
+	db := openDB(t, cfg.FormatDSN())
+	if err := db.Ping(); err != nil {
+		testdb.Unavailable(t, "user lead_ro", testdb.EnvMySQL, err.Error())
+	}
+	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("ro").Build(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Build as a read-only user = %v, want a permission error", err)
+	}
+}
+
+func TestWrongTableShape(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	if _, err := db.Exec(`CREATE TABLE leadership_flags (name VARCHAR(255) PRIMARY KEY, holder TEXT, version TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	err := newStore(t, db).Migrate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "wrong shape") || !strings.Contains(err.Error(), "version bigint") {
+		t.Fatalf("Migrate over a hand-made table = %v, want a shape error naming version", err)
+	}
+}
+
+func TestWrongPassword(t *testing.T) {
+	t.Parallel()
+	cfg, err := driver.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Passwd = "not-the-secret-password"
+	db := openDB(t, cfg.FormatDSN())
+	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("x").Build(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "password") {
+		t.Fatalf("Build with a wrong password = %v, want a login error", err)
+	}
+	if strings.Contains(err.Error(), "not-the-secret-password") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+}
+
+func TestServerDownAtBuild(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	db := openDB(t, "app:secret-password@tcp("+addr+")/db?timeout=2s")
+	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("x").Build(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("Build with the server down = %v, want a connection error", err)
+	}
+	if strings.Contains(err.Error(), "secret-password") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+}
+
+func TestNewRejectsNilDB(t *testing.T) {
+	if _, err := mysql.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
+	}
+}
