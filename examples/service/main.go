@@ -31,11 +31,12 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/gocronflag"
 	"github.com/dbflag/leadership/healthz"
+	"github.com/dbflag/leadership/internal/storeopen"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "HTTP address for /metrics, /healthz and /leader")
-	dsn := flag.String("dsn", "sqlite:service.db", "database: sqlite:PATH")
+	dsn := flag.String("dsn", "sqlite:service.db", "database: "+storeopen.Usage)
 	every := flag.Duration("every", 3*time.Second, "how often the leader runs the job")
 	lease := flag.Duration("lease", 10*time.Second, "leadership lease")
 	flag.Parse()

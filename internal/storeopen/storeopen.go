@@ -1,0 +1,157 @@
+// Package storeopen opens a [leadership.Store] named by a DSN string, for
+// the command-line tool, the examples and the test programs: sqlite:PATH,
+// postgres://… (or postgresql://…) and mysql://user:pass@host:port/db?….
+package storeopen
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/mysql"
+	"github.com/dbflag/leadership/postgres"
+	"github.com/dbflag/leadership/sqlite"
+)
+
+// Kinds of database a DSN can name.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+	MySQL    = "mysql"
+)
+
+// Usage describes the accepted DSN forms, for help texts and errors.
+const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USER:PASS@HOST:PORT/DB?…"
+
+// Opened is an open store and what closes it.
+type Opened struct {
+	Store leadership.Store
+	Kind  string // SQLite, Postgres or MySQL
+	close func()
+}
+
+// Close closes the pool or database the store uses. Close the flags first.
+func (o *Opened) Close() { o.close() }
+
+// Kind reports which database dsn names, or an error saying which forms
+// are accepted. It never includes a password in the error.
+func Kind(dsn string) (string, error) {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return SQLite, nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return Postgres, nil
+	case strings.HasPrefix(dsn, "mysql://"):
+		return MySQL, nil
+	case dsn == "":
+		return "", fmt.Errorf("%w: empty DSN: want %s", leadership.ErrInvalidArgument, Usage)
+	}
+	return "", fmt.Errorf("%w: DSN %q: unknown scheme: want %s", leadership.ErrInvalidArgument, Redact(dsn), Usage)
+}
+
+// Open opens the store dsn names. Connecting is lazy for Postgres and
+// MySQL: a server that is down shows at the first statement.
+func Open(ctx context.Context, dsn string) (*Opened, error) {
+	kind, err := Kind(dsn)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case SQLite:
+		db, err := sqlite.Open(strings.TrimPrefix(dsn, "sqlite:"))
+		if err != nil {
+			return nil, err
+		}
+		s, err := sqlite.New(db)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &Opened{Store: s, Kind: kind, close: func() { db.Close() }}, nil
+	case Postgres:
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			// pgx masks the password in its parse errors.
+			return nil, fmt.Errorf("%w: postgres DSN: %v", leadership.ErrInvalidArgument, err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %v", err)
+		}
+		s, err := postgres.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return &Opened{Store: s, Kind: kind, close: pool.Close}, nil
+	default:
+		native, err := MySQLNative(dsn)
+		if err != nil {
+			return nil, err
+		}
+		db, err := sql.Open("mysql", native)
+		if err != nil {
+			return nil, fmt.Errorf("mysql: %v", err)
+		}
+		s, err := mysql.New(db)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &Opened{Store: s, Kind: kind, close: func() { db.Close() }}, nil
+	}
+}
+
+// MySQLNative turns mysql://USER:PASS@HOST:PORT/DB?PARAMS into
+// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?PARAMS, checking it.
+func MySQLNative(dsn string) (string, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: mysql DSN %q: %s: want mysql://USER:PASS@HOST:PORT/DB?PARAMS", leadership.ErrInvalidArgument, Redact(dsn), why)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", bad("not a URL") // url's error would show the password
+	}
+	if u.Scheme != "mysql" {
+		return "", bad("scheme is not mysql")
+	}
+	if u.Host == "" {
+		return "", bad("no host")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", bad("no database name")
+	}
+	cfg := gomysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, db
+	if u.Port() == "" {
+		cfg.Addr = u.Host + ":3306"
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	native := cfg.FormatDSN()
+	if u.RawQuery != "" {
+		native += "?" + u.RawQuery
+	}
+	if _, err := gomysql.ParseDSN(native); err != nil {
+		return "", bad(strings.ReplaceAll(err.Error(), cfg.Passwd, "xxxxx"))
+	}
+	return native, nil
+}
+
+var userinfo = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):.*@`)
+
+// Redact returns dsn with the password of a URL DSN replaced by xxxxx, for
+// logs and error messages.
+func Redact(dsn string) string {
+	return userinfo.ReplaceAllString(dsn, "${1}:xxxxx@")
+}

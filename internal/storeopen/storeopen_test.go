@@ -1,0 +1,92 @@
+package storeopen_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/storeopen"
+)
+
+func TestMySQLNative(t *testing.T) {
+	for in, want := range map[string]string{
+		"mysql://lead:lead@127.0.0.1:3306/leadership":               "lead:lead@tcp(127.0.0.1:3306)/leadership",
+		"mysql://lead:p%40ss@db/app?parseTime=true":                 "lead:p@ss@tcp(db:3306)/app?parseTime=true",
+		"mysql://root@[::1]:3307/x?clientFoundRows=true&timeout=2s": "root@tcp([::1]:3307)/x?clientFoundRows=true&timeout=2s",
+	} {
+		got, err := storeopen.MySQLNative(in)
+		if err != nil || got != want {
+			t.Errorf("MySQLNative(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"mysql://u:secret@/db", "mysql://u:secret@h:1", "mysql://u:secret@h:1/db?badparam=%zz", "mysql://u:secret@h:1/db?timeout=forever"} {
+		_, err := storeopen.MySQLNative(in)
+		if !errors.Is(err, leadership.ErrInvalidArgument) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument without the password", in, err)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://app:s3cret@db:5432/app?sslmode=disable": "postgres://app:xxxxx@db:5432/app?sslmode=disable",
+		"mysql://u:p@ss:w@rd@h/db":                          "mysql://u:xxxxx@h/db",
+		"postgres://app@db/app":                             "postgres://app@db/app",
+		"sqlite:flags.db":                                   "sqlite:flags.db",
+	} {
+		if got := storeopen.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestKind(t *testing.T) {
+	for in, want := range map[string]string{"sqlite:x.db": storeopen.SQLite, "postgresql://h/db": storeopen.Postgres, "postgres://h/db": storeopen.Postgres, "mysql://h/db": storeopen.MySQL} {
+		if got, err := storeopen.Kind(in); err != nil || got != want {
+			t.Errorf("Kind(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "flags.db", "oracle://u:secret@h/db"} {
+		if _, err := storeopen.Kind(in); !errors.Is(err, leadership.ErrInvalidArgument) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Kind(%q) = %v, want ErrInvalidArgument without the password", in, err)
+		}
+	}
+}
+
+func TestOpenSQLite(t *testing.T) {
+	o, err := storeopen.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "f.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if err := o.Store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenPostgresBadDSNHidesPassword(t *testing.T) {
+	_, err := storeopen.Open(context.Background(), "postgres://u:secret@h:notaport/db")
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("Open = %v, want an error without the password", err)
+	}
+}
+
+// FuzzDSN checks that no DSN makes the parsers panic or print a password.
+func FuzzDSN(f *testing.F) {
+	for _, s := range []string{"sqlite:x.db", "postgres://u:secret@h/db", "mysql://u:secret@h:3306/db?parseTime=true", "mysql://u:secret@", "mysql://:secret@h/d?%", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, dsn string) {
+		_, _ = storeopen.Kind(dsn)
+		if !strings.HasPrefix(dsn, "mysql://") {
+			return
+		}
+		_, err := storeopen.MySQLNative(dsn)
+		if err != nil && strings.Contains(dsn, ":secret@") && strings.Contains(err.Error(), "secret@") {
+			t.Fatalf("error shows the password: %v", err)
+		}
+	})
+}
