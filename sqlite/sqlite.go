@@ -298,7 +298,7 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, version, renewed_at, expires_at FROM leadership_flags ORDER BY name`)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+		return nil, time.Time{}, describe("list flags", err)
 	}
 	defer rows.Close()
 	var out []leadership.Record
@@ -321,4 +321,13 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 // store (this process only).
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	return s.hub.Subscribe(name)
+}
+
+// describe wraps err with what failed and, for a missing table, how to fix
+// it.
+func describe(what string, err error) error {
+	if strings.Contains(err.Error(), "no such table") {
+		return fmt.Errorf("sqlite: %s: table missing: run the migrations (Build does unless Migrate(false); or leadership migrate): %w", what, err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", what, err)
 }

@@ -1,0 +1,104 @@
+// Command leadership runs a command only on the leader among many hosts
+// that share one SQL database, and inspects and manages leadership flags:
+// the equivalent of `consul lock` and `etcdctl lock` for a shared SQL
+// database.
+//
+//	leadership run --name nightly -- ./nightly-report   # on every host; one runs it
+//	leadership status                                  # who holds what
+//	leadership release nightly                         # evict a stuck holder
+//	leadership migrate                                 # apply the schema
+//
+// Run `leadership help` for the commands, flags and exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// Exit codes. A child's own status passes through `run` unchanged (128+N
+// when a signal N ended it), so these sit where common commands rarely
+// exit (sysexits.h).
+const (
+	exitOK          = 0
+	exitFailure     = 1  // status, release or migrate failed
+	exitUsage       = 2  // bad command line
+	exitUnavailable = 69 // the database could not be reached or set up at start (EX_UNAVAILABLE)
+	exitLost        = 75 // leadership was lost while the child ran; the child was stopped (EX_TEMPFAIL)
+)
+
+const usage = `leadership: run a command only on the leader among processes sharing one SQL database.
+
+Usage:
+  leadership run [flags] -- COMMAND [ARGS...]   run COMMAND while this process holds the flag
+  leadership status [flags]                     list every flag: holder, version, expiry
+  leadership release [flags] NAME               evict the holder of NAME (for a stuck holder)
+  leadership migrate [flags]                    apply the schema and report its version
+  leadership help | --help | --version
+
+Every command takes --dsn (default $LEADERSHIP_DSN, else sqlite:leadership.db in the
+current directory) and --log-level, --log-format; "leadership COMMAND --help" lists the rest.
+
+DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...
+Passwords are never printed or logged.
+
+Exit codes:
+  0    success; for run: the command exited 0, or the flag was held elsewhere
+       with --skip-if-held or past --wait
+  1    status, release or migrate failed
+  2    bad usage
+  69   the database could not be reached or migrated at start
+  75   leadership was lost while the command ran; it was stopped
+  N    run passes the command's own exit status through (128+S if signal S ended it)
+`
+
+func main() {
+	os.Exit(mainWithArgs(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// mainWithArgs runs the command line args and returns the exit code.
+func mainWithArgs(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "run":
+		stop() // run handles its signals itself: it forwards them to the child
+		return runCommand(rest, stdout, stderr)
+	case "status":
+		return statusCommand(ctx, rest, stdout, stderr)
+	case "release":
+		return releaseCommand(ctx, rest, stdout, stderr)
+	case "migrate":
+		return migrateCommand(ctx, rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "leadership", version())
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "leadership: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+}
+
+// version is the module version the binary was built from, or "devel".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// errUsage marks errors that are the command line's fault.
+var errUsage = errors.New("usage")

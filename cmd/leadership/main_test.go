@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/storeopen"
+	"github.com/dbflag/leadership/internal/testdb"
+)
+
+// bin is the leadership binary built once for the end-to-end tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leadership-cli")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "leadership")
+	if out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// databases returns the DSNs the end-to-end tests run on: a SQLite file of
+// the test's own, and PostgreSQL and MariaDB/MySQL as the store tests find
+// them.
+func databases(t *testing.T) map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") },
+		"postgres": func(t *testing.T) string { return testdb.Postgres(t) },
+		"mysql": func(t *testing.T) string {
+			cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
+		},
+	}
+}
+
+// uniqueName gives a flag name no other test run uses on a shared server.
+func uniqueName(t *testing.T) string {
+	return fmt.Sprintf("cli-%s-%d", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()), time.Now().UnixNano())
+}
+
+// cli runs the binary to completion and returns its exit code, stdout and
+// stderr.
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(os.Environ(), "LEADERSHIP_DSN=")
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
+// childScript is a leader-only command that appends "start PID PPID NANOS"
+// to the marks file, and "stop PID PPID NANOS" when it gets SIGTERM.
+const childScript = `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"
+trap 'echo "stop $$ $PPID $(date +%s%N)" >> "$MARKS"; exit 0' TERM
+while :; do sleep 0.02; done`
+
+type mark struct {
+	kind      string
+	pid, ppid int
+	at        time.Time
+}
+
+func readMarks(t *testing.T, path string) []mark {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var marks []mark
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		pid, _ := strconv.Atoi(f[1])
+		ppid, _ := strconv.Atoi(f[2])
+		ns, _ := strconv.ParseInt(f[3], 10, 64)
+		marks = append(marks, mark{f[0], pid, ppid, time.Unix(0, ns)})
+	}
+	return marks
+}
+
+func starts(marks []mark) []mark {
+	var s []mark
+	for _, m := range marks {
+		if m.kind == "start" {
+			s = append(s, m)
+		}
+	}
+	return s
+}
+
+// waitFor polls cond until it holds or limit passes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runner is one `leadership run` process.
+type runner struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan struct{}
+}
+
+func startRun(t *testing.T, dsn, name, marks string, extra ...string) *runner {
+	t.Helper()
+	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "1s", "--grace", "300ms"}, extra...)
+	args = append(args, "--", "sh", "-c", childScript)
+	r := &runner{cmd: exec.Command(bin, args...), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	r.cmd.Env = append(os.Environ(), "MARKS="+marks)
+	r.cmd.Stderr = r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+		if t.Failed() {
+			t.Logf("leadership run %d stderr:\n%s", r.cmd.Process.Pid, r.stderr)
+		}
+	})
+	return r
+}
+
+func (r *runner) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.exited:
+		return r.cmd.ProcessState.ExitCode()
+	case <-time.After(limit):
+		t.Fatalf("leadership run %d did not exit within %v", r.cmd.Process.Pid, limit)
+		return -1
+	}
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestRunEndToEnd runs leadership run processes as a user would, on each
+// database: one command runs; SIGKILL of its leader starts it elsewhere
+// within about a lease; SIGTERM stops it and hands over; eviction stops it
+// before any other starts.
+func TestRunEndToEnd(t *testing.T) {
+	for db, dsnOf := range databases(t) {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			dsn, name := dsnOf(t), uniqueName(t)
+			marks := filepath.Join(t.TempDir(), "marks")
+			runners := map[int]*runner{}
+			for range 3 {
+				r := startRun(t, dsn, name, marks)
+				runners[r.cmd.Process.Pid] = r
+			}
+			waitFor(t, 10*time.Second, "a command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+			time.Sleep(1500 * time.Millisecond) // more than a lease: nobody else may start
+			if s := starts(readMarks(t, marks)); len(s) != 1 {
+				t.Fatalf("%d commands started, want exactly 1: %+v", len(s), s)
+			}
+
+			// SIGKILL of the leader: its command dies with it, another starts.
+			first := starts(readMarks(t, marks))[0]
+			killed := time.Now()
+			if err := runners[first.ppid].cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "a command starts after SIGKILL of the leader", func() bool { return len(starts(readMarks(t, marks))) == 2 })
+			second := starts(readMarks(t, marks))[1]
+			t.Logf("%s: failover after SIGKILL took %v (lease 1s)", db, second.at.Sub(killed).Round(time.Millisecond))
+			waitFor(t, 2*time.Second, "the killed leader's command dies with it", func() bool { return !alive(first.pid) })
+
+			// A fourth process waits too, so that one is left waiting for
+			// the eviction below.
+			fourth := startRun(t, dsn, name, marks)
+			runners[fourth.cmd.Process.Pid] = fourth
+			time.Sleep(300 * time.Millisecond)
+
+			// SIGTERM of the leader: forwarded to its command, which stops;
+			// the flag is released and another command starts promptly.
+			stopped := time.Now()
+			if err := runners[second.ppid].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := runners[second.ppid].wait(t, 5*time.Second); code != 0 {
+				t.Fatalf("leadership run exited %d after SIGTERM, want the command's status 0", code)
+			}
+			waitFor(t, 3*time.Second, "a command starts after SIGTERM of the leader", func() bool { return len(starts(readMarks(t, marks))) == 3 })
+			third := starts(readMarks(t, marks))[2]
+			t.Logf("%s: handover after SIGTERM took %v", db, third.at.Sub(stopped).Round(time.Millisecond))
+
+			// Eviction: the evicted leader stops its command (exit 75)
+			// before the fourth process starts its own.
+			if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 || !strings.Contains(out, "evicted") {
+				t.Fatalf("release = %d, %q, %q", code, out, errs)
+			}
+			if code := runners[third.ppid].wait(t, 5*time.Second); code != exitLost {
+				t.Fatalf("evicted leadership run exited %d, want %d", code, exitLost)
+			}
+			waitFor(t, 5*time.Second, "a command starts after the eviction", func() bool { return len(starts(readMarks(t, marks))) == 4 })
+			var stopAt time.Time
+			for _, m := range readMarks(t, marks) {
+				if m.kind == "stop" && m.pid == third.pid {
+					stopAt = m.at
+				}
+			}
+			startAt := starts(readMarks(t, marks))[3].at
+			if stopAt.IsZero() || !stopAt.Before(startAt) {
+				t.Fatalf("evicted command stopped at %v, next started at %v: want the stop first", stopAt, startAt)
+			}
+			t.Logf("%s: after eviction the old command stopped %v before the new one started", db, startAt.Sub(stopAt).Round(time.Millisecond))
+		})
+	}
+}
+
+func TestSkipIfHeldAndWait(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	startRun(t, dsn, name, marks)
+	waitFor(t, 10*time.Second, "the holder's command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+
+	begin := time.Now()
+	skip := startRun(t, dsn, name, marks, "--skip-if-held")
+	if code := skip.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("--skip-if-held exited %d, want 0", code)
+	}
+	t.Logf("--skip-if-held exited after %v", time.Since(begin).Round(time.Millisecond))
+
+	wait := startRun(t, dsn, name, marks, "--wait", "500ms")
+	if code := wait.wait(t, 5*time.Second); code != 0 {
+		t.Fatalf("--wait 500ms exited %d, want 0", code)
+	}
+	if n := len(starts(readMarks(t, marks))); n != 1 {
+		t.Fatalf("%d commands started, want only the holder's", n)
+	}
+}
+
+func TestChildStatusPassesThrough(t *testing.T) {
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
+	if code, _, errs := cli(t, "run", "--dsn", dsn, "--name", "exit7", "--", "sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("exit code %d, want 7; stderr:\n%s", code, errs)
+	}
+	if code, _, _ := cli(t, "run", "--dsn", dsn, "--name", "missing", "--", "/no/such/command"); code != 127 {
+		t.Fatalf("missing command: exit code %d, want 127", code)
+	}
+	// The command gets the fencing token, and the flag was released: the
+	// next run gets a larger token at once.
+	code, out, _ := cli(t, "run", "--dsn", dsn, "--name", "exit7", "--", "sh", "-c", `echo "$LEADERSHIP_NAME $LEADERSHIP_TOKEN"`)
+	if code != 0 || strings.TrimSpace(out) != "exit7 2" {
+		t.Fatalf("got %d %q, want 0 and \"exit7 2\"", code, out)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flags.db")
+	o, err := storeopen.Open(context.Background(), "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ctx := context.Background()
+	if err := o.Store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Store.Acquire(ctx, leadership.Request{Name: "held", Holder: "host-a", Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := o.Store.Acquire(ctx, leadership.Request{Name: "free", Holder: "host-b", Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Store.Release(ctx, "free", "host-b", r.Version); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errs := cli(t, "status", "--dsn", "sqlite:"+path)
+	if code != 0 {
+		t.Fatalf("status = %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME ") ||
+		strings.Join(strings.Fields(lines[1])[:3], " ") != "free - 1" ||
+		strings.Join(strings.Fields(lines[2])[:3], " ") != "held host-a 1" || !strings.Contains(lines[2], "in 3") {
+		t.Fatalf("status table:\n%s", out)
+	}
+
+	code, out, _ = cli(t, "status", "--dsn", "sqlite:"+path, "--json")
+	var got struct{ Flags []statusFlag }
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.Flags) != 2 {
+		t.Fatalf("status --json = %d:\n%s", code, out)
+	}
+	if f := got.Flags[1]; f.Name != "held" || f.Holder != "host-a" || !f.Held || f.Version != 1 || f.ExpiresIn < 3590 || f.ExpiresIn > 3600 {
+		t.Fatalf("held flag in JSON: %+v", f)
+	}
+	if f := got.Flags[0]; f.Name != "free" || f.Held || f.Version != 1 {
+		t.Fatalf("free flag in JSON: %+v", f)
+	}
+
+	if code, _, errs := cli(t, "release", "--dsn", "sqlite:"+path, "nope"); code != exitFailure || !strings.Contains(errs, "no flag named") {
+		t.Fatalf("release of an unknown flag = %d, %q", code, errs)
+	}
+}
+
+func TestBadUsage(t *testing.T) {
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, exitUsage, "Usage"},
+		{[]string{"frobnicate"}, exitUsage, "unknown command"},
+		{[]string{"run", "--dsn", dsn, "--name", "x"}, exitUsage, "no command"},
+		{[]string{"run", "--dsn", dsn, "--", "true"}, exitUsage, "--name is mandatory"},
+		{[]string{"run", "--dsn", dsn, "--name", "x", "--lease", "1s", "--grace", "1s", "--", "true"}, exitUsage, "--grace"},
+		{[]string{"run", "--dsn", dsn, "--name", "x", "--lease", "soon", "--", "true"}, exitUsage, "invalid value"},
+		{[]string{"status", "--dsn", "oracle://u:secret-pw@h/db"}, exitUsage, "unknown scheme"},
+		{[]string{"status", "--dsn", dsn, "--log-level", "loud"}, exitUsage, "--log-level"},
+		{[]string{"release", "--dsn", dsn}, exitUsage, "one flag name"},
+		{[]string{"run", "--dsn", "postgres://u:secret-pw@127.0.0.1:1/db?connect_timeout=2", "--name", "x", "--", "true"}, exitUnavailable, "connect"},
+		{[]string{"run", "--dsn", "mysql://u:secret-pw@127.0.0.1:1/db?timeout=2s", "--name", "x", "--", "true"}, exitUnavailable, "connect"},
+	} {
+		code, out, errs := cli(t, tc.args...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("leadership %q = %d, output:\n%s%s\nwant %d and %q", tc.args, code, out, errs, tc.code, tc.want)
+		}
+		if strings.Contains(out+errs, "secret-pw") {
+			t.Errorf("leadership %q shows the password:\n%s", tc.args, errs)
+		}
+	}
+	for _, cmd := range []string{"run", "status", "release", "migrate"} {
+		if code, _, errs := cli(t, cmd, "--help"); code != 0 || !strings.Contains(errs, "Examples:") {
+			t.Errorf("%s --help = %d:\n%s", cmd, code, errs)
+		}
+	}
+	if code, out, _ := cli(t, "--version"); code != 0 || !strings.HasPrefix(out, "leadership ") {
+		t.Errorf("--version = %d %q", code, out)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
+	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+		t.Fatalf("migrate = %d %q %q", code, out, errs)
+	}
+}

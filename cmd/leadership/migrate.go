@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+const migrateExamples = `  leadership migrate
+  leadership migrate --dsn postgres://admin@db/app?search_path=jobs
+
+Apply the schema in a deployment step, then let applications run without
+DDL privileges.
+`
+
+// versioned is what every store of this module offers besides the Store
+// interface.
+type versioned interface {
+	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
+}
+
+func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := newFlagSet("migrate", "migrate [flags]", migrateExamples, stderr, &c)
+	if err := parse(fs, args); err != nil {
+		return exitForParse(err)
+	}
+	if fs.NArg() > 0 {
+		return report(stderr, fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
+	}
+	if _, err := c.logger(stderr); err != nil {
+		return report(stderr, err, exitUsage)
+	}
+	store, err := c.open(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
+	}
+	defer store.Close()
+	if err := store.Store.Migrate(ctx); err != nil {
+		return report(stderr, err, exitUnavailable)
+	}
+	if v, ok := store.Store.(versioned); ok {
+		version, dirty, err := v.SchemaVersion(ctx)
+		if err != nil {
+			return report(stderr, err, exitFailure)
+		}
+		fmt.Fprintf(stdout, "schema of %s at version %d (dirty: %v)\n", store.Kind, version, dirty)
+		return exitOK
+	}
+	fmt.Fprintln(stdout, "schema applied")
+	return exitOK
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+const releaseExamples = `  leadership release nightly
+  leadership release --dsn postgres://app@db/app indexer
+
+Eviction keeps the version and clears the holder, so the evicted process's
+next renewal fails and it stops its command. Nobody else can take over
+before the evicted term's expiry by the database clock (at most one lease
+after its last renewal), because the evicted process may still trust its
+term until then: a takeover after "release" takes up to one lease, plus a
+poll interval (at most 2 s by default). A holder that releases by itself
+(leadership run exiting, Flag.Close) hands over at once instead.
+`
+
+func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := newFlagSet("release", "release [flags] NAME", releaseExamples, stderr, &c)
+	if err := parse(fs, args); err != nil {
+		return exitForParse(err)
+	}
+	if fs.NArg() != 1 {
+		return report(stderr, fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()), exitUsage)
+	}
+	name := fs.Arg(0)
+	if _, err := c.logger(stderr); err != nil {
+		return report(stderr, err, exitUsage)
+	}
+	store, err := c.open(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
+	}
+	defer store.Close()
+	records, now, err := store.Store.Flags(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
+	}
+	found := false
+	for _, r := range records {
+		if r.Name != name {
+			continue
+		}
+		found = true
+		evicted, err := store.Store.Evict(ctx, name)
+		if err != nil {
+			return report(stderr, err, exitFailure)
+		}
+		if !evicted || r.Holder == "" {
+			fmt.Fprintf(stdout, "%s was not held\n", name)
+			return exitOK
+		}
+		wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
+		fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
+			r.Holder, name, r.Version, wait)
+	}
+	if !found {
+		return report(stderr, fmt.Errorf("no flag named %q (see leadership status)", name), exitFailure)
+	}
+	return exitOK
+}
