@@ -9,10 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/golang-migrate/migrate/v4"
 	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 
+	"github.com/dbflag/leadership/internal/schema"
 	"github.com/dbflag/leadership/migrations"
 )
 
@@ -62,50 +61,20 @@ func checkVersion(v string) error {
 	return nil
 }
 
-func (s *Store) migrate(ctx context.Context) (err error) {
-	src, err := iofs.New(migrations.FS, "mysql")
-	if err != nil {
-		return fmt.Errorf("read migrations: %w", err)
-	}
+func (s *Store) migrate(ctx context.Context) error {
 	// A connection of our own: the driver made with WithConnection closes
 	// only it, never db. Each migration file holds one statement, so the
 	// DSN needs no multiStatements.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		src.Close()
 		return err
 	}
 	drv, err := mmysql.WithConnection(ctx, conn, &mmysql.Config{MigrationsTable: migrations.MigrationsTable})
 	if err != nil {
-		src.Close()
 		conn.Close()
 		return err
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
-	if err != nil {
-		src.Close()
-		drv.Close()
-		return err
-	}
-	defer func() {
-		srcErr, dbErr := m.Close()
-		if err == nil {
-			err = errors.Join(srcErr, dbErr)
-		}
-	}()
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return err
-	}
-	return nil
-}
-
-// wantColumns is the shape of leadership_flags the statements need.
-var wantColumns = map[string]string{
-	"name":       "varchar",
-	"holder":     "varchar",
-	"version":    "bigint",
-	"renewed_at": "bigint",
-	"expires_at": "bigint",
+	return schema.Apply("mysql", "mysql", drv)
 }
 
 // checkShape fails with a clear message when leadership_flags lacks a
@@ -130,21 +99,9 @@ WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
 	if err := rows.Err(); err != nil {
 		return describe("check table shape", err)
 	}
-	var wrong []string
-	for _, col := range []string{"name", "holder", "version", "renewed_at", "expires_at"} {
-		if typ := wantColumns[col]; got[col] != typ {
-			have := got[col]
-			if have == "" {
-				have = "missing"
-			}
-			wrong = append(wrong, fmt.Sprintf("%s %s (is %s)", col, typ, have))
-		}
-	}
-	if len(wrong) > 0 {
-		return fmt.Errorf("mysql: table leadership_flags has the wrong shape, want columns %s: drop it (and the table %s) and let Migrate create it",
-			strings.Join(wrong, ", "), migrations.MigrationsTable)
-	}
-	return nil
+	return schema.Check("mysql", got, [][2]string{
+		{"name", "varchar"}, {"holder", "varchar"}, {"version", "bigint"}, {"renewed_at", "bigint"}, {"expires_at", "bigint"},
+	})
 }
 
 // SchemaVersion reports the version of the applied migrations and whether

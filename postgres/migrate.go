@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/golang-migrate/migrate/v4"
 	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/dbflag/leadership/internal/schema"
 	"github.com/dbflag/leadership/migrations"
 )
 
@@ -49,46 +48,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return s.checkShape(ctx)
 }
 
-func (s *Store) migrate() (err error) {
-	src, err := iofs.New(migrations.FS, "postgres")
-	if err != nil {
-		return fmt.Errorf("read migrations: %w", err)
-	}
-	// A *sql.DB over the pool: closing it (migrate's Close does) leaves the
-	// pool open. migrate's Close must run, or its held connection keeps
-	// pool.Close from returning.
+func (s *Store) migrate() error {
+	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
+	// the pool open. The driver must be closed, or its held connection
+	// keeps pool.Close from returning.
 	db := stdlib.OpenDBFromPool(s.pool)
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
 	if err != nil {
-		src.Close()
 		db.Close()
 		return err
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
-	if err != nil {
-		src.Close()
-		drv.Close()
-		return err
-	}
-	defer func() {
-		srcErr, dbErr := m.Close()
-		if err == nil {
-			err = errors.Join(srcErr, dbErr)
-		}
-	}()
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return err
-	}
-	return nil
-}
-
-// wantColumns is the shape of leadership_flags the statements need.
-var wantColumns = map[string]string{
-	"name":       "text",
-	"holder":     "text",
-	"version":    "bigint",
-	"renewed_at": "timestamp with time zone",
-	"expires_at": "timestamp with time zone",
+	return schema.Apply("postgres", "pgx5", drv)
 }
 
 // checkShape fails with a clear message when leadership_flags in the
@@ -114,21 +84,10 @@ WHERE table_schema = current_schema() AND table_name = 'leadership_flags'`)
 	if err := rows.Err(); err != nil {
 		return describe("check table shape", err)
 	}
-	var wrong []string
-	for col, typ := range wantColumns {
-		if got[col] != typ {
-			have := got[col]
-			if have == "" {
-				have = "missing"
-			}
-			wrong = append(wrong, fmt.Sprintf("%s %s (is %s)", col, typ, have))
-		}
-	}
-	if len(wrong) > 0 {
-		return fmt.Errorf("postgres: table leadership_flags has the wrong shape, want columns %s: drop it (and the table %s) and let Migrate create it",
-			strings.Join(wrong, ", "), migrations.MigrationsTable)
-	}
-	return nil
+	return schema.Check("postgres", got, [][2]string{
+		{"name", "text"}, {"holder", "text"}, {"version", "bigint"},
+		{"renewed_at", "timestamp with time zone"}, {"expires_at", "timestamp with time zone"},
+	})
 }
 
 // SchemaVersion reports the version of the applied migrations and whether

@@ -93,6 +93,19 @@ func (c *common) open(ctx context.Context) (*storeopen.Opened, error) {
 	return o, nil
 }
 
+// openChecked checks the logging flags and opens the store for status,
+// release and migrate; on failure it reports and returns the exit code.
+func (c *common) openChecked(ctx context.Context, stderr io.Writer) (*storeopen.Opened, int, bool) {
+	if _, err := c.logger(stderr); err != nil {
+		return nil, report(stderr, err, exitUsage), false
+	}
+	store, err := c.open(ctx)
+	if err != nil {
+		return nil, report(stderr, err, exitUnavailable), false
+	}
+	return store, exitOK, true
+}
+
 // report prints err and returns the exit code for it: usage errors get
 // exitUsage, others fallback.
 func report(stderr io.Writer, err error, fallback int) int {

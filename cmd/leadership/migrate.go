@@ -28,12 +28,9 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if fs.NArg() > 0 {
 		return report(stderr, fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
 	}
-	if _, err := c.logger(stderr); err != nil {
-		return report(stderr, err, exitUsage)
-	}
-	store, err := c.open(ctx)
-	if err != nil {
-		return report(stderr, err, exitUnavailable)
+	store, code, ok := c.openChecked(ctx, stderr)
+	if !ok {
+		return code
 	}
 	defer store.Close()
 	if err := store.Store.Migrate(ctx); err != nil {

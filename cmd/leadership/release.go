@@ -29,12 +29,9 @@ func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return report(stderr, fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()), exitUsage)
 	}
 	name := fs.Arg(0)
-	if _, err := c.logger(stderr); err != nil {
-		return report(stderr, err, exitUsage)
-	}
-	store, err := c.open(ctx)
-	if err != nil {
-		return report(stderr, err, exitUnavailable)
+	store, code, ok := c.openChecked(ctx, stderr)
+	if !ok {
+		return code
 	}
 	defer store.Close()
 	records, now, err := store.Store.Flags(ctx)

@@ -40,12 +40,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() > 0 {
 		return report(stderr, fmt.Errorf("%w: status takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
 	}
-	if _, err := c.logger(stderr); err != nil {
-		return report(stderr, err, exitUsage)
-	}
-	store, err := c.open(ctx)
-	if err != nil {
-		return report(stderr, err, exitUnavailable)
+	store, code, ok := c.openChecked(ctx, stderr)
+	if !ok {
+		return code
 	}
 	defer store.Close()
 	records, now, err := store.Store.Flags(ctx)

@@ -1,0 +1,64 @@
+// Package schema applies the embedded migrations with golang-migrate and
+// checks the shape of the flag table, for every store.
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/dbflag/leadership/migrations"
+)
+
+// Apply applies the migrations of dialect (a directory of
+// [migrations.FS]) through drv, the driver golang-migrate names driverName.
+// It closes drv afterwards, so drv must be one whose Close leaves the
+// caller's pool or database open (one made on a connection or a
+// throwaway *sql.DB).
+func Apply(dialect, driverName string, drv database.Driver) (err error) {
+	src, err := iofs.New(migrations.FS, dialect)
+	if err != nil {
+		drv.Close()
+		return fmt.Errorf("read migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, driverName, drv)
+	if err != nil {
+		src.Close()
+		drv.Close()
+		return err
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return err
+	}
+	return nil
+}
+
+// Check compares the columns got (name → type, as information_schema
+// reports them, in lower case) with want, and returns an error naming each
+// missing or mistyped column and the fix; prefix names the store.
+func Check(prefix string, got map[string]string, want [][2]string) error {
+	var wrong []string
+	for _, c := range want {
+		if have := got[c[0]]; have != c[1] {
+			if have == "" {
+				have = "missing"
+			}
+			wrong = append(wrong, fmt.Sprintf("%s %s (is %s)", c[0], c[1], have))
+		}
+	}
+	if len(wrong) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: table %s has the wrong shape, want columns %s: drop it (and the table %s) and let Migrate create it",
+		prefix, migrations.Table, strings.Join(wrong, ", "), migrations.MigrationsTable)
+}
