@@ -186,10 +186,15 @@ func runFlags(t *testing.T, open Open) {
 		leader := mon.build(t, s, name, lease)
 		mon.waitForLeader(t, slack)
 		mon.build(t, open(t), name, lease)
+		// Read the token first: the eviction's notification can make the
+		// holder notice and lower at once.
+		token, ok := leader.Token()
+		if !ok {
+			t.Fatal("the leader has no token")
+		}
 		if ok, err := open(t).Evict(ctx(t), name); err != nil || !ok {
 			t.Fatalf("Evict = %v, %v", ok, err)
 		}
-		token, _ := leader.Token()
 		evicted := time.Now()
 		for leader.Raised() {
 			if time.Since(evicted) > lease {
