@@ -1,0 +1,127 @@
+package chaos
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvLong, when "1", runs the long mode: many forced takeovers per
+// database (LEADERSHIP_CHAOS_TAKEOVERS, default 500) instead of a few.
+const (
+	EnvLong      = "LEADERSHIP_CHAOS_LONG"
+	EnvTakeovers = "LEADERSHIP_CHAOS_TAKEOVERS"
+)
+
+// rounds is how many crashes the Kill scenario forces.
+func rounds(t *testing.T) int {
+	if os.Getenv(EnvLong) != "1" {
+		return 3
+	}
+	n := 500
+	if v := os.Getenv(EnvTakeovers); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", EnvTakeovers, v)
+		}
+	}
+	return n
+}
+
+// TestChaosSQLite runs the scenarios on one SQLite file shared by the
+// worker processes. There is no server to restart or network to cut.
+func TestChaosSQLite(t *testing.T) {
+	dsn := func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") }
+	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, dsn(t))) })
+	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, dsn(t))) })
+	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, dsn(t))) })
+	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, dsn(t))) })
+}
+
+// TestChaosPostgres runs the scenarios on PostgreSQL: the shared server for
+// process faults, a TCP proxy for the network, a private server to restart.
+func TestChaosPostgres(t *testing.T) {
+	db := postgresDB(t)
+	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, db.dsn)) })
+	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, db.dsn)) })
+	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, db.dsn)) })
+	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, db.dsn)) })
+	t.Run("Network", func(t *testing.T) { scenarioNetwork(t, db) })
+	t.Run("Restart", func(t *testing.T) { scenarioRestart(t, startPrivatePostgres(t)) })
+}
+
+// TestChaosMariaDB is TestChaosPostgres on MariaDB (or MySQL).
+func TestChaosMariaDB(t *testing.T) {
+	db := mysqlDB(t)
+	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, db.dsn)) })
+	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, db.dsn)) })
+	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, db.dsn)) })
+	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, db.dsn)) })
+	t.Run("Network", func(t *testing.T) { scenarioNetwork(t, db) })
+	t.Run("Restart", func(t *testing.T) { scenarioRestart(t, startPrivateMariaDB(t)) })
+}
+
+// scenarioKill SIGKILLs the holder again and again among three workers,
+// starting a replacement each time; a follower must raise within
+// crashBound of each kill.
+func scenarioKill(t *testing.T, c *cluster) {
+	for range 3 {
+		c.start("", 0)
+	}
+	for range rounds(t) {
+		holder := c.leader()
+		at := c.kill(holder)
+		_, took := c.waitLeader(crashBound, at, holder)
+		c.failover(took)
+		c.start("", 0)
+	}
+}
+
+// scenarioStop freezes the holder with SIGSTOP for two leases: a follower
+// must raise within crashBound, and the holder, resumed, must find its
+// flag lowered (its trust window ended while it was frozen).
+func scenarioStop(t *testing.T, c *cluster) {
+	for range 3 {
+		c.start("", 0)
+	}
+	holder := c.leader()
+	at := mono()
+	c.signal(holder, syscall.SIGSTOP)
+	next, took := c.waitLeader(crashBound, at, holder)
+	c.failover(took)
+	time.Sleep(2*lease - took)
+	resumed := mono() // before SIGCONT: the holder may sample before signal returns
+	c.signal(holder, syscall.SIGCONT)
+	for deadline := time.Now().Add(slack); ; time.Sleep(2 * time.Millisecond) {
+		rep := c.worker(holder).report()
+		if iv := rep.Intervals[len(rep.Intervals)-1]; !iv.Open() {
+			if iv.FirstFalse < resumed {
+				t.Errorf("the frozen holder reported its lowering before SIGCONT")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed holder %s still reports its flag raised %v after SIGCONT", holder, slack)
+		}
+	}
+	t.Logf("%s froze, %s took over after %v, %s resumed lowered", holder, next, took.Round(time.Millisecond), holder)
+	time.Sleep(lease) // the checker sees both after the resume
+}
+
+// scenarioTerm stops the holder gracefully (SIGTERM: Close releases): a
+// follower must raise within handoverBound, well under a lease.
+func scenarioTerm(t *testing.T, c *cluster) {
+	for range 3 {
+		c.start("", 0)
+	}
+	for range 3 {
+		holder := c.leader()
+		at := c.term(holder)
+		_, took := c.waitLeader(handoverBound, at, holder)
+		c.failover(took)
+		c.start("", 0)
+	}
+}
