@@ -66,17 +66,35 @@ func TestChaosMariaDB(t *testing.T) {
 
 // scenarioKill SIGKILLs the holder again and again among three workers,
 // starting a replacement each time; a follower must raise within
-// crashBound of each kill.
+// crashBound of each kill. In the long mode the faults rotate: SIGKILL,
+// SIGTERM (a follower must raise within handoverBound) and SIGSTOP for
+// about 1.5 leases (crashBound; the holder resumes as a follower).
 func scenarioKill(t *testing.T, c *cluster) {
 	for range 3 {
 		c.start("", 0)
 	}
-	for range rounds(t) {
+	long := os.Getenv(EnvLong) == "1"
+	for i := range rounds(t) {
 		holder := c.leader()
-		at := c.kill(holder)
-		_, took := c.waitLeader(crashBound, at, holder)
-		c.failover(took)
-		c.start("", 0)
+		switch {
+		case !long || i%3 == 0:
+			at := c.kill(holder)
+			_, took := c.waitLeader(crashBound, at, holder)
+			c.record("kill", took)
+			c.start("", 0)
+		case i%3 == 1:
+			at := c.term(holder)
+			_, took := c.waitLeader(handoverBound, at, holder)
+			c.record("term", took)
+			c.start("", 0)
+		default:
+			at := mono()
+			c.signal(holder, syscall.SIGSTOP)
+			_, took := c.waitLeader(crashBound, at, holder)
+			c.record("stop", took)
+			time.Sleep(lease / 2)
+			c.signal(holder, syscall.SIGCONT)
+		}
 	}
 }
 
@@ -91,7 +109,7 @@ func scenarioStop(t *testing.T, c *cluster) {
 	at := mono()
 	c.signal(holder, syscall.SIGSTOP)
 	next, took := c.waitLeader(crashBound, at, holder)
-	c.failover(took)
+	c.record("stop", took)
 	time.Sleep(2*lease - took)
 	resumed := mono() // before SIGCONT: the holder may sample before signal returns
 	c.signal(holder, syscall.SIGCONT)
@@ -121,7 +139,7 @@ func scenarioTerm(t *testing.T, c *cluster) {
 		holder := c.leader()
 		at := c.term(holder)
 		_, took := c.waitLeader(handoverBound, at, holder)
-		c.failover(took)
+		c.record("term", took)
 		c.start("", 0)
 	}
 }

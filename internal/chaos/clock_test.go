@@ -49,7 +49,7 @@ func scenarioClock(t *testing.T, c *cluster) {
 	if got, took := c.waitLeader(crashBound, at, a); got != b {
 		t.Fatalf("leader after killing the skewed holder = %s, want %s", got, b)
 	} else {
-		c.failover(took)
+		c.record("kill", took)
 	}
 	a2 := c.start("", offset, prefix...)
 	at = mono()
@@ -58,7 +58,7 @@ func scenarioClock(t *testing.T, c *cluster) {
 	if got != a2 {
 		t.Fatalf("leader after freezing %s = %s, want the skewed %s", b, got, a2)
 	}
-	c.failover(took)
+	c.record("stop", took)
 	time.Sleep(2*lease - took)
 	c.signal(b, syscall.SIGCONT)
 	time.Sleep(lease)

@@ -77,7 +77,7 @@ type cluster struct {
 	seq     int
 	// Figures printed at the end.
 	takeovers int
-	failovers []time.Duration
+	failovers map[string][]time.Duration // by fault
 }
 
 type worker struct {
@@ -138,7 +138,7 @@ func newCluster(t *testing.T, dsn string) *cluster {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	c := &cluster{t: t, dsn: dsn, name: "chaos-" + hex.EncodeToString(b[:]),
-		workers: map[string]*worker{}, killed: map[string]int64{}}
+		workers: map[string]*worker{}, killed: map[string]int64{}, failovers: map[string][]time.Duration{}}
 	t.Cleanup(c.finish)
 	return c
 }
@@ -292,12 +292,13 @@ func (c *cluster) term(id string) int64 {
 	return at
 }
 
-// failover records a takeover forced by a fault and how long it took.
-func (c *cluster) failover(d time.Duration) {
+// record counts a takeover forced by a fault and how long after the fault
+// the next leader raised.
+func (c *cluster) record(fault string, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.takeovers++
-	c.failovers = append(c.failovers, d)
+	c.failovers[fault] = append(c.failovers[fault], d)
 }
 
 // finish stops the workers, checks the reports of all of them for
@@ -326,8 +327,15 @@ func (c *cluster) finish() {
 		}
 		c.t.Errorf("SAFETY VIOLATION: %v", o)
 	}
-	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps; failover %s",
-		c.t.Name(), len(ws), raises, c.takeovers, len(overlaps), summarize(c.failovers))
+	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, c.takeovers, len(overlaps))
+	faults := make([]string, 0, len(c.failovers))
+	for f := range c.failovers {
+		faults = append(faults, f)
+	}
+	sort.Strings(faults)
+	for _, f := range faults {
+		c.t.Logf("  new leader after %s: %s", f, summarize(c.failovers[f]))
+	}
 }
 
 // summarize describes durations: min, median, p99, max.

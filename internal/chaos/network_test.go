@@ -63,7 +63,7 @@ func scenarioNetwork(t *testing.T, db database) {
 	at := mono()
 	px.toxic("timeout", `{"timeout":0}`) // a black hole until cleared
 	next, took := c.waitLeader(crashBound, at, a)
-	c.failover(took)
+	c.record("partition", took)
 	t.Logf("partition: %s took over from %s after %v", next, a, took.Round(time.Millisecond))
 	time.Sleep(lease)
 	px.clear()
@@ -85,7 +85,7 @@ func scenarioNetwork(t *testing.T, db database) {
 	if next != e {
 		t.Fatalf("leader after slowing %s down = %s, want %s", a, next, e)
 	}
-	c.failover(took)
+	c.record("latency", took)
 	t.Logf("latency: %s took over from %s after %v", next, a, took.Round(time.Millisecond))
 	time.Sleep(lease)
 	px.clear()
