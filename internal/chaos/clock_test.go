@@ -60,6 +60,6 @@ func scenarioClock(t *testing.T, c *cluster) {
 	}
 	c.record("stop", took)
 	time.Sleep(2*lease - took)
-	c.signal(b, syscall.SIGCONT)
+	c.resume(b)
 	time.Sleep(lease)
 }

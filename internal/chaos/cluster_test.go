@@ -292,6 +292,29 @@ func (c *cluster) term(id string) int64 {
 	return at
 }
 
+// resume sends SIGCONT to worker id, frozen by SIGSTOP while raised, and
+// waits until it reports its run ended: it must find its flag lowered at
+// its first sample. Scenarios must not kill a resumed worker before that,
+// or the checker would rightly extend its open run to the kill.
+func (c *cluster) resume(id string) {
+	c.t.Helper()
+	resumed := mono() // before SIGCONT: the worker may sample before signal returns
+	c.signal(id, syscall.SIGCONT)
+	for deadline := time.Now().Add(slack); ; time.Sleep(time.Millisecond) {
+		rep := c.worker(id).report()
+		iv := rep.Intervals[len(rep.Intervals)-1]
+		if !iv.Open() {
+			if iv.FirstFalse < resumed {
+				c.t.Errorf("the frozen worker %s reported its lowering before SIGCONT", id)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the resumed worker %s still reports its flag raised %v after SIGCONT", id, slack)
+		}
+	}
+}
+
 // record counts a takeover forced by a fault and how long after the fault
 // the next leader raised.
 func (c *cluster) record(fault string, d time.Duration) {
