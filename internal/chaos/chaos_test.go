@@ -130,3 +130,19 @@ func scenarioTerm(t *testing.T, c *cluster) {
 		c.start("", 0)
 	}
 }
+
+// TestChaosHarnessDetectsTwoLeaders shows the whole chain (workers, their
+// reports, the checker) catches two leaders: two workers on different
+// SQLite files both raise the same flag name, and the checker must report
+// their runs as overlapping.
+func TestChaosHarnessDetectsTwoLeaders(t *testing.T) {
+	other := "sqlite:" + filepath.Join(t.TempDir(), "other.db")
+	migrate(t, other)
+	c := newCluster(t, "sqlite:"+filepath.Join(t.TempDir(), "flags.db"))
+	c.wantOverlap = true
+	c.start("", 0)
+	c.leader()
+	c.start(other, 0)
+	c.waitLeader(lease+slack, 0, "w1")
+	time.Sleep(100 * time.Millisecond)
+}

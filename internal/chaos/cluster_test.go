@@ -77,7 +77,9 @@ type cluster struct {
 	seq     int
 	// Figures printed at the end.
 	takeovers int
-	failovers map[string][]time.Duration // by fault
+	// wantOverlap inverts the check, for the test of the harness itself.
+	wantOverlap bool
+	failovers   map[string][]time.Duration // by fault
 }
 
 type worker struct {
@@ -124,6 +126,18 @@ func (w *worker) exited() bool {
 // reports checked when the test ends.
 func newCluster(t *testing.T, dsn string) *cluster {
 	t.Helper()
+	migrate(t, dsn)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	c := &cluster{t: t, dsn: dsn, name: "chaos-" + hex.EncodeToString(b[:]),
+		workers: map[string]*worker{}, killed: map[string]int64{}, failovers: map[string][]time.Duration{}}
+	t.Cleanup(c.finish)
+	return c
+}
+
+// migrate applies the schema to the store dsn names.
+func migrate(t *testing.T, dsn string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o, err := storeopen.Open(ctx, dsn)
@@ -135,12 +149,6 @@ func newCluster(t *testing.T, dsn string) *cluster {
 	if err != nil {
 		t.Fatalf("migrate %s: %v", storeopen.Redact(dsn), err)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	c := &cluster{t: t, dsn: dsn, name: "chaos-" + hex.EncodeToString(b[:]),
-		workers: map[string]*worker{}, killed: map[string]int64{}, failovers: map[string][]time.Duration{}}
-	t.Cleanup(c.finish)
-	return c
 }
 
 // start starts a worker on dsn (the cluster's unless given) and waits
@@ -343,6 +351,13 @@ func (c *cluster) finish() {
 		raises += len(reports[id].Intervals)
 	}
 	overlaps := Overlaps(Spans(reports, c.killed))
+	found := len(overlaps)
+	if c.wantOverlap {
+		if len(overlaps) == 0 {
+			c.t.Errorf("the checker found no overlap where two processes led at once")
+		}
+		overlaps = nil
+	}
 	for i, o := range overlaps {
 		if i == 10 {
 			c.t.Errorf("… %d overlaps in all", len(overlaps))
@@ -350,7 +365,7 @@ func (c *cluster) finish() {
 		}
 		c.t.Errorf("SAFETY VIOLATION: %v", o)
 	}
-	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, c.takeovers, len(overlaps))
+	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, c.takeovers, found)
 	faults := make([]string, 0, len(c.failovers))
 	for f := range c.failovers {
 		faults = append(faults, f)
