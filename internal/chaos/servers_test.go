@@ -1,0 +1,172 @@
+package chaos
+
+import (
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the admin connection to the private MariaDB
+
+	"github.com/dbflag/leadership/internal/testdb"
+)
+
+// A private server is one this test starts, crashes and restarts itself,
+// in a temporary directory on a free port: the shared servers of the other
+// tests are never touched. Without the binaries, the test is skipped, or
+// fails under LEADERSHIP_TEST_REQUIRE_DB=1.
+type privateServer struct {
+	t    *testing.T
+	dsn  string
+	stop func() // crash the server (no clean shutdown)
+	run  func() // start it again
+}
+
+// EnvPGBin names the directory of the PostgreSQL server binaries (initdb,
+// pg_ctl); the default is the newest /usr/lib/postgresql/*/bin.
+const EnvPGBin = "LEADERSHIP_TEST_PG_BIN"
+
+// startPrivatePostgres initialises and starts a PostgreSQL server of its own.
+func startPrivatePostgres(t *testing.T) *privateServer {
+	t.Helper()
+	bin := os.Getenv(EnvPGBin)
+	if bin == "" {
+		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		sort.Strings(dirs)
+		if len(dirs) > 0 {
+			bin = dirs[len(dirs)-1]
+		}
+	}
+	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
+		testdb.Unavailable(t, "a private PostgreSQL server for the restart scenario", EnvPGBin, "no pg_ctl")
+	}
+	dir, cred := serverDir(t, "postgres")
+	data, port := filepath.Join(dir, "data"), freePort(t)
+	runAs(t, cred, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", port, dir)
+	s := &privateServer{t: t, dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
+	s.run = func() {
+		runAs(t, cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start")
+	}
+	// -m immediate: every server process quits at once, without a
+	// checkpoint; the next start recovers from the WAL, as after a crash.
+	s.stop = func() { runAs(t, cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop") }
+	s.run()
+	t.Cleanup(func() {
+		_ = command(cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
+	})
+	return s
+}
+
+// startPrivateMariaDB initialises and starts a MariaDB server of its own
+// (mariadb-install-db, mariadbd), without grant tables: any user may log
+// in, which is all a throwaway server needs.
+func startPrivateMariaDB(t *testing.T) *privateServer {
+	t.Helper()
+	installDB, err := exec.LookPath("mariadb-install-db")
+	mariadbd := "/usr/sbin/mariadbd"
+	if _, serr := os.Stat(mariadbd); err != nil || serr != nil {
+		testdb.Unavailable(t, "a private MariaDB server for the restart scenario", "PATH", "no mariadb-install-db or /usr/sbin/mariadbd")
+	}
+	dir, cred := serverDir(t, "mysql")
+	data, port := filepath.Join(dir, "data"), freePort(t)
+	args := []string{"--no-defaults", "--datadir=" + data}
+	if cred != nil {
+		args = append(args, "--user=mysql")
+	}
+	runAs(t, nil, installDB, append(args, "--auth-root-authentication-method=normal", "--skip-test-db")...)
+	var proc *exec.Cmd
+	var exited chan struct{}
+	s := &privateServer{t: t, dsn: fmt.Sprintf("mysql://root@127.0.0.1:%d/leadership", port)}
+	s.run = func() {
+		proc = command(cred, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
+			"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin",
+			"--innodb-buffer-pool-size=16M", "--log-error="+filepath.Join(dir, "err.log"))
+		if err := proc.Start(); err != nil {
+			t.Fatalf("start mariadbd: %v", err)
+		}
+		exited = make(chan struct{})
+		go func(p *exec.Cmd, done chan struct{}) { _ = p.Wait(); close(done) }(proc, exited)
+		admin, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if _, err = admin.Exec("CREATE DATABASE IF NOT EXISTS leadership"); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				log, _ := os.ReadFile(filepath.Join(dir, "err.log"))
+				t.Fatalf("private mariadbd did not answer in 60 s: %v\n%s", err, log)
+			}
+		}
+	}
+	// SIGKILL: the server dies with no shutdown; InnoDB recovers at start.
+	s.stop = func() { _ = proc.Process.Signal(syscall.SIGKILL); <-exited }
+	s.run()
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// serverDir makes a temporary directory the server's OS user owns, and
+// returns the credentials to run the server with: that user when the test
+// runs as root (servers refuse to run as root), else none.
+func serverDir(t *testing.T, osUser string) (string, *syscall.Credential) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "chaos-"+osUser+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Geteuid() != 0 {
+		return dir, nil
+	}
+	u, err := user.Lookup(osUser)
+	if err != nil {
+		testdb.Unavailable(t, "a private server for the restart scenario", "PATH", "no OS user "+osUser)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = os.TempDir()
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	return cmd
+}
+
+// runAs runs a command to completion and fails the test with its output.
+func runAs(t *testing.T, cred *syscall.Credential, name string, args ...string) {
+	t.Helper()
+	out, err := command(cred, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// freePort returns a TCP port on loopback nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,133 @@
+// Command worker is one process of the fault-injection suite (package
+// internal/chaos): it opens the store a DSN names, builds a flag and
+// samples Raised() about every millisecond until SIGTERM, writing to
+// stdout each run of true observations in CLOCK_MONOTONIC nanoseconds
+// (the format chaos.ParseReport reads):
+//
+//	ready                               the flag is built
+//	raise START LASTTRUE                a run of true observations began
+//	lower START LASTTRUE FIRSTFALSE     it ended
+//
+// START is read just before the first call that returned true, LASTTRUE
+// just after the last true one, FIRSTFALSE just after the first false one
+// (on SIGTERM: read when the worker stops sampling to call Close, which
+// lowers the flag before it releases the row). Each line is written with one
+// write(2) as it happens, so a SIGKILLed worker loses at most the end of
+// its open run. Errors go to stderr.
+//
+//	worker -dsn sqlite:/tmp/f.db -name test-flag [-lease 1s] [-poll 250ms]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/storeopen"
+)
+
+func main() {
+	dsn := flag.String("dsn", "", "store DSN: "+storeopen.Usage)
+	name := flag.String("name", "", "flag name")
+	lease := flag.Duration("lease", time.Second, "lease")
+	poll := flag.Duration("poll", 250*time.Millisecond, "poll interval of a follower")
+	sample := flag.Duration("sample", time.Millisecond, "interval between Raised() samples")
+	buildFor := flag.Duration("build-timeout", 30*time.Second, "how long to retry Build while the database does not answer")
+	verbose := flag.Bool("v", false, "log the flag's transitions to stderr")
+	flag.Parse()
+	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// mono reads CLOCK_MONOTONIC, the clock all processes of the machine share.
+func mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
+// emit writes one report line with a single write.
+func emit(format string, args ...any) {
+	if _, err := os.Stdout.WriteString(fmt.Sprintf(format, args...) + "\n"); err != nil {
+		fmt.Fprintln(os.Stderr, "worker: write report:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose bool) error {
+	if name == "" {
+		return fmt.Errorf("-name is mandatory")
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	ctx := context.Background()
+	o, err := storeopen.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	logger := slog.New(slog.DiscardHandler)
+	if verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	b := leadership.NewFlag().Store(o.Store).Name(name).Lease(lease).PollInterval(poll).
+		Timeout(lease / 5).Migrate(false).Logger(logger)
+	var f *leadership.Flag
+	for deadline := time.Now().Add(buildFor); ; {
+		if f, err = b.Build(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(poll)
+	}
+	emit("ready")
+
+	var start, lastTrue int64 // start == 0: no open run
+	tick := time.NewTicker(sample)
+	defer tick.Stop()
+	for {
+		select {
+		case <-term:
+			// The worker stops observing here: its run ends now. Close
+			// lowers the flag before it releases the row, so no other
+			// process can raise before this instant.
+			stopped := mono()
+			err := f.Close()
+			if f.Raised() {
+				return fmt.Errorf("Raised() true after Close")
+			}
+			if start != 0 {
+				emit("lower %d %d %d", start, lastTrue, stopped)
+			}
+			return err
+		case <-tick.C:
+		}
+		t0 := mono()
+		up := f.Raised()
+		t1 := mono()
+		switch {
+		case up && start == 0:
+			start, lastTrue = t0, t1
+			emit("raise %d %d", start, lastTrue)
+		case up:
+			lastTrue = t1
+		case start != 0:
+			emit("lower %d %d %d", start, lastTrue, t1)
+			start = 0
+		}
+	}
+}
