@@ -20,6 +20,13 @@ func (f *Flag) run(delay time.Duration) {
 		case <-timer.C:
 		case <-f.wake:
 		}
+		if f.loopCtx.Err() != nil {
+			// Close raced with a wake-up and select picked the wake-up: make
+			// no attempt with a cancelled context (a vetoed one would drop
+			// the term without releasing it, and Close would then skip the
+			// release).
+			return
+		}
 		delay, _ = f.attemptWith(f.loopCtx)
 		timer.Reset(delay)
 	}
