@@ -576,7 +576,7 @@ func (s *sim) event() {
 			}
 		}
 	case 5, 6: // a process starts or restarts
-		if s.live() < 6 && len(s.procs) < 16 {
+		if s.live() < 4 && len(s.procs) < 16 {
 			name := ""
 			if s.rng.IntN(2) == 0 {
 				name = s.procs[s.rng.IntN(len(s.procs))].name // a restart, or a twin
