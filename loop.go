@@ -7,6 +7,17 @@ import (
 	"time"
 )
 
+// Test hooks, set only by the simulation (export_test.go) while no flag
+// runs.
+var (
+	// randInt64N draws the random jitter and backoff; the simulation makes
+	// it a function of virtual time so that a seed replays exactly.
+	randInt64N = rand.Int64N
+	// trustFromReply counts the trust window from the reply instead of the
+	// send: a deliberately wrong rule that the simulation must catch.
+	trustFromReply bool
+)
+
 // run is the background loop: one goroutine, one timer, woken early by
 // release notifications, stopped by Close.
 func (f *Flag) run(delay time.Duration) {
@@ -19,6 +30,13 @@ func (f *Flag) run(delay time.Duration) {
 			return
 		case <-timer.C:
 		case <-f.wake:
+		}
+		if f.loopCtx.Err() != nil {
+			// Close raced with a wake-up and select picked the wake-up: make
+			// no attempt with a cancelled context (a vetoed one would drop
+			// the term without releasing it, and Close would then skip the
+			// release).
+			return
 		}
 		delay, _ = f.attemptWith(f.loopCtx)
 		timer.Reset(delay)
@@ -94,6 +112,9 @@ func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
 	}
 	renewed := f.version == res.Version
 	f.version = res.Version
+	if trustFromReply { // a deliberately wrong rule, for the simulation's mutant test only
+		sent = f.now()
+	}
 	deadline := sent + int64(f.c.lease-f.c.safetyMargin)
 	if f.now() >= deadline {
 		// The reply came too late to trust (stall, slow database): stay
@@ -161,12 +182,12 @@ func (f *Flag) retryDelay(holding bool) time.Duration {
 	}
 	wait := f.c.timeout / 4 << min(f.failures-1, 16)
 	wait = min(wait, limit)
-	return max(wait/2+time.Duration(rand.Int64N(int64(wait/2)+1)), time.Millisecond)
+	return max(wait/2+time.Duration(randInt64N(int64(wait/2)+1)), time.Millisecond)
 }
 
 func (f *Flag) randomJitter() time.Duration {
 	if f.c.jitter <= 0 {
 		return 0
 	}
-	return time.Duration(rand.Int64N(int64(f.c.jitter) + 1))
+	return time.Duration(randInt64N(int64(f.c.jitter) + 1))
 }

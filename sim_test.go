@@ -1,0 +1,1184 @@
+package leadership_test
+
+// The simulation checks the safety argument of the package documentation
+// by machine. Each schedule runs several Flags on one memstore.Store (the
+// in-memory store that passes the same conformance suite as the database
+// stores) inside a testing/synctest bubble, in virtual time, while an
+// adversary driven by a seeded random source attacks them:
+//
+//   - every store call gets a network latency, and some calls are slow
+//     (the caller may give up while the statement is still on its way and
+//     runs later), fail before the statement, lose their reply after the
+//     write happened (at once or by hanging until the caller's deadline),
+//     or are frozen before the send or after the reply, ignoring the
+//     context, for up to 2.5 leases (a GC pause or SIGSTOP of the
+//     goroutine);
+//   - the database becomes unreachable for everyone, or for one process
+//     (calls fail at once or hang until their deadline);
+//   - a whole process freezes, crashes (stops without releasing: its calls
+//     never return, though a statement already on the wire still runs),
+//     closes gracefully, restarts (sometimes under a name still in use, so
+//     two flags share one process name), or is vetoed by its precheck;
+//   - an operator evicts the holder;
+//   - the database clock changes rate, within the bound that the package
+//     documentation assumes;
+//   - processes use different leases, safety margins, jitters, and release
+//     notifications or none.
+//
+// Safety is checked whenever the set of raised flags can grow: a flag's
+// trust window only ever begins or extends when the flag processes a
+// successful reply of Store.Acquire, so the checker runs after every such
+// reply, once the flag has processed it (synctest.Wait), and between two
+// replies the raised set can only shrink; it also runs after every
+// adversary event. It asserts that at most one flag reports Raised, and
+// that the fencing token of the raised flag never goes backwards nor is
+// shared by two flags. After the adversary stops, and its last effect
+// (a frozen call or process, a veto, a call hanging in an outage) has
+// ended, some flag must be raised within two leases and one must stay
+// raised for another lease.
+//
+// A schedule is a function of its seed: the adversary draws from the seed
+// (one stream for the driver, one per process), the flags' jitter and
+// backoff are made a function of virtual time (export_test.go), and every
+// store call gets a random latency of at least a nanosecond, so no two
+// statements race at the same virtual instant. A failing seed prints how to
+// replay it with a trace.
+//
+// Environment: LEADERSHIP_SIM_SCHEDULES sets how many schedules to run
+// (default simDefaultSchedules; the long mode is 100000),
+// LEADERSHIP_SIM_FIRST_SEED the first seed (default 1), and
+// LEADERSHIP_SIM_SEED replays one seed with its trace.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/memstore"
+)
+
+const (
+	simDefaultSchedules = 2000
+	simFlag             = "job"
+)
+
+// TestSimulation runs the default schedules (or the long mode) and fails
+// on any safety or liveness violation, printing the seed to replay.
+func TestSimulation(t *testing.T) {
+	runSimulation(t, "TestSimulation$", simOptions{}, false)
+}
+
+// TestSimulationMutants shows that the simulation has teeth: each mutant
+// breaks one rule of the algorithm or one assumption, and the simulation
+// must find a safety violation within a bounded number of schedules.
+func TestSimulationMutants(t *testing.T) {
+	for _, m := range []struct {
+		name string
+		opt  simOptions
+	}{
+		// The trust window counted from the reply instead of the send: a
+		// reply delayed by more than the safety margin lets the holder
+		// trust its term past its expiry.
+		{"trust-from-reply", simOptions{trustFromReply: true}},
+		// Renewal not scoped to the term: the store renews any row whose
+		// holder has the requester's name, so of two flags with the same
+		// process name the second renews the first's term.
+		{"renew-any-term", simOptions{mutant: mutantRenewAnyTerm}},
+		// Expiry not stored on the row: the store judges the holder's
+		// term by the requester's lease, so a process with a short lease
+		// takes over from one with a long lease.
+		{"expiry-by-request-lease", simOptions{mutant: mutantExpiryByRequest}},
+		// Release resets the version: the fencing token goes backwards and
+		// a new term can reuse the identity of an old one.
+		{"release-resets-version", simOptions{mutant: mutantReleaseResets}},
+		// Evict frees the row at once instead of keeping the expiry: the
+		// evicted holder still trusts its term when the next one starts.
+		{"evict-frees-row", simOptions{mutant: mutantEvictFrees}},
+		// The database clock runs faster than the assumed bound.
+		{"db-clock-too-fast", simOptions{mutant: mutantFastClock}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			runSimulation(t, "TestSimulationMutants/"+m.name+"$", m.opt, true)
+		})
+	}
+}
+
+// simMutantBudget is how many schedules a mutant may survive before its
+// test fails.
+const simMutantBudget = 500
+
+// runSimulation runs schedules with opt. Without expectViolation it runs
+// the configured number of schedules on every CPU and fails on any
+// violation; with it, it runs schedules one by one until the first safety
+// violation and fails if none turns up within simMutantBudget.
+func runSimulation(t *testing.T, run string, opt simOptions, expectViolation bool) {
+	opt.run = run
+	restoreRand := leadership.SetRandInt64NForTest(simRand)
+	defer restoreRand()
+	if opt.trustFromReply {
+		defer leadership.SetTrustFromReplyForTest(true)()
+	}
+	replay := func(seed uint64) string { return replayCommand(run, seed) }
+	if s := os.Getenv("LEADERSHIP_SIM_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LEADERSHIP_SIM_SEED=%q: %v", s, err)
+		}
+		opt.seed, opt.verbose = seed, true
+		res := runSchedule(t, opt)
+		t.Logf("seed %d: %d store statements, %d adversary events, %v of virtual time; trace:\n%s",
+			seed, res.calls, res.events, res.length, strings.Join(res.trace, "\n"))
+		switch {
+		case expectViolation && res.safety == "":
+			t.Errorf("seed %d: the mutant survived", seed)
+		case expectViolation:
+			t.Logf("seed %d: SAFETY VIOLATION (expected of the mutant): %s", seed, res.safety)
+		case res.safety != "" || res.liveness != "":
+			t.Errorf("seed %d:\nSAFETY VIOLATION: %s\nLIVENESS VIOLATION: %s", seed, res.safety, res.liveness)
+		}
+		return
+	}
+	first := uint64(envInt(t, "LEADERSHIP_SIM_FIRST_SEED", 1))
+
+	if expectViolation {
+		start := time.Now()
+		for seed := first; seed < first+simMutantBudget; seed++ {
+			opt.seed = seed
+			if res := runSchedule(t, opt); res.safety != "" {
+				t.Logf("caught after %d schedules (%v): seed %d: %s; %s",
+					seed-first+1, time.Since(start).Round(time.Millisecond), seed, res.safety, replay(seed))
+				return
+			}
+		}
+		t.Fatalf("the mutant survived %d schedules: the simulation does not catch it", simMutantBudget)
+	}
+
+	def := simDefaultSchedules
+	if testing.Short() {
+		def /= 10
+	}
+	n := envInt(t, "LEADERSHIP_SIM_SCHEDULES", def)
+	workers := runtime.GOMAXPROCS(0)
+	var failures atomic.Int64
+	var mu sync.Mutex
+	var total simResult
+	var schedules int
+	total.kinds = map[string]int{}
+	start := time.Now()
+	t.Run("schedules", func(t *testing.T) {
+		for w := range workers {
+			t.Run(fmt.Sprintf("worker%d", w), func(t *testing.T) {
+				t.Parallel()
+				opt := opt
+				for seed := first + uint64(w); seed < first+uint64(n); seed += uint64(workers) {
+					if failures.Load() >= 3 {
+						return
+					}
+					opt.seed = seed
+					res := runSchedule(t, opt)
+					mu.Lock()
+					schedules++
+					total.calls += res.calls
+					total.events += res.events
+					total.terms += res.terms
+					total.length += res.length
+					for k, v := range res.kinds {
+						total.kinds[k] += v
+					}
+					mu.Unlock()
+					if res.safety != "" {
+						failures.Add(1)
+						t.Errorf("seed %d: SAFETY VIOLATION: %s\n%s", seed, res.safety, replay(seed))
+					}
+					if res.liveness != "" {
+						failures.Add(1)
+						t.Errorf("seed %d: LIVENESS VIOLATION: %s\n%s", seed, res.liveness, replay(seed))
+					}
+				}
+			})
+		}
+	})
+	kinds := make([]string, 0, len(total.kinds))
+	for k, v := range total.kinds {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+	}
+	slices.Sort(kinds)
+	t.Logf("%d schedules (seeds %d..%d) in %v on %d workers, %d violations: %v of virtual time, %d store statements, %d terms of leadership, %d adversary events (%s)",
+		schedules, first, first+uint64(n)-1, time.Since(start).Round(time.Millisecond), workers, failures.Load(),
+		total.length.Round(time.Second), total.calls, total.terms, total.events, strings.Join(kinds, ", "))
+}
+
+// TestSimulationReplaysExactly checks that a schedule is a function of its
+// seed: the same seeds run twice give the same statements at the same
+// instants, so a failing seed replays.
+func TestSimulationReplaysExactly(t *testing.T) {
+	defer leadership.SetRandInt64NForTest(simRand)()
+	for seed := uint64(1); seed <= 50; seed++ {
+		opt := simOptions{run: "TestSimulationReplaysExactly$", seed: seed}
+		a, b := runSchedule(t, opt), runSchedule(t, opt)
+		if a.digest != b.digest || a.calls != b.calls || a.length != b.length {
+			t.Fatalf("seed %d ran differently twice: %d statements over %v, then %d over %v",
+				seed, a.calls, a.length, b.calls, b.length)
+		}
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// simRand replaces the flags' random source for jitter and backoff with a
+// function of the virtual time, so that a schedule replays exactly.
+func simRand(n int64) int64 {
+	return int64(splitmix(uint64(time.Now().UnixNano())^uint64(n)*0x9e3779b97f4a7c15) % uint64(n))
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// simOptions selects a schedule and, for the mutant tests, what to break.
+type simOptions struct {
+	run            string // the -run pattern that replays the schedule
+	seed           uint64
+	verbose        bool
+	trustFromReply bool
+	mutant         string
+}
+
+// simResult is the outcome of one schedule.
+type simResult struct {
+	safety   string // first safety violation, "" if none
+	liveness string // first liveness violation, "" if none
+	calls    int    // store calls made by flags
+	events   int    // adversary events
+	kinds    map[string]int
+	terms    int64 // the highest fencing token a flag raised with
+	length   time.Duration
+	digest   uint64 // hash of every statement the store ran, with its instant
+	trace    []string
+}
+
+// Store-side mutants and broken assumptions.
+const (
+	mutantRenewAnyTerm    = "renew-any-term"
+	mutantExpiryByRequest = "expiry-by-request-lease"
+	mutantReleaseResets   = "release-resets-version"
+	mutantEvictFrees      = "evict-frees-row"
+	mutantFastClock       = "db-clock-too-fast"
+)
+
+var (
+	errInjected = errors.New("sim: statement failed")
+	errLost     = errors.New("sim: connection lost after the statement ran")
+	errOutage   = errors.New("sim: database unreachable")
+	errCrashed  = errors.New("sim: process crashed")
+	errVetoed   = errors.New("sim: precheck veto")
+)
+
+func replayCommand(run string, seed uint64) string {
+	return fmt.Sprintf("replay with: LEADERSHIP_SIM_SEED=%d go test -run '%s' -v .", seed, run)
+}
+
+// runSchedule runs one schedule in its own bubble.
+func runSchedule(t *testing.T, opt simOptions) simResult {
+	defer func() {
+		if r := recover(); r != nil { // for example a deadlock in the bubble
+			panic(fmt.Sprintf("seed %d: %v\n%s", opt.seed, r, replayCommand(opt.run, opt.seed)))
+		}
+	}()
+	var res simResult
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(opt)
+		s.run()
+		res = s.res
+	})
+	return res
+}
+
+// sim is one schedule.
+type sim struct {
+	opt       simOptions
+	rng       *rand.Rand // the driver's decisions; driver goroutine only
+	clock     *simClock
+	db        *memstore.Store
+	store     leadership.Store // what the processes reach: db, or a mutant around it
+	start     time.Time
+	leases    []time.Duration
+	maxLease  time.Duration
+	margins   []int // safety margin as lease/margin
+	intensity float64
+	rateLo    float64
+	rateHi    float64
+
+	adversary atomic.Bool
+	teardown  chan struct{} // closed at the end: crashed processes' calls return
+	kick      chan struct{} // a reply was delivered: check once it is processed
+	stopCheck chan struct{}
+	checkDone chan struct{}
+	wg        sync.WaitGroup // builders and closers
+	late      sync.WaitGroup // statements that run after their caller gave up
+
+	// mu guards the fields below and the outage fields of every proc.
+	mu          sync.Mutex
+	procs       []*proc
+	outageUntil time.Time
+	outageHang  bool
+	res         simResult
+	maxToken    int64
+	tokenFlag   *leadership.Flag
+	quietAt     time.Time // when the adversary's last effect ends
+}
+
+func newSim(opt simOptions) *sim {
+	rng := rand.New(rand.NewPCG(opt.seed, 0x5eed))
+	s := &sim{
+		opt:       opt,
+		rng:       rng,
+		clock:     newSimClock(),
+		start:     time.Now(),
+		teardown:  make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		stopCheck: make(chan struct{}),
+		checkDone: make(chan struct{}),
+		intensity: 0.15 + 0.85*rng.Float64(),
+	}
+	s.res.kinds = map[string]int{}
+	s.db = memstore.New(memstore.WithClock(s.clock.Now))
+	s.store = s.db
+	switch opt.mutant {
+	case mutantRenewAnyTerm, mutantExpiryByRequest, mutantReleaseResets, mutantEvictFrees:
+		s.store = &mutantStore{Store: s.db, kind: opt.mutant, clock: s.clock, offset: map[string]int64{}}
+	}
+	// Leases: all equal, or differing between processes.
+	s.leases = []time.Duration{time.Second}
+	if rng.IntN(2) == 0 {
+		s.leases = []time.Duration{time.Second, 1500 * time.Millisecond, 2 * time.Second, 3 * time.Second}
+	}
+	s.maxLease = s.leases[len(s.leases)-1]
+	// Safety margins: the default lease/10, or differing.
+	s.margins = []int{10}
+	if rng.IntN(2) == 0 {
+		s.margins = []int{20, 10, 5}
+	}
+	// The database clock's rate may drift between 0.8 and the bound the
+	// package documentation assumes, Lease/(Lease−SafetyMargin), for the
+	// smallest margin in use; the broken-clock mutant goes beyond it.
+	minMargin := slices.Max(s.margins)
+	bound := float64(minMargin) / float64(minMargin-1)
+	s.rateLo, s.rateHi = 1, 1
+	if rng.IntN(2) == 0 {
+		s.rateLo, s.rateHi = 0.8, bound
+	}
+	if opt.mutant == mutantFastClock {
+		s.rateLo, s.rateHi = 1.2*bound, 1.5*bound
+		s.clock.SetRate(s.rateLo)
+	}
+	return s
+}
+
+// since is the virtual time since the schedule began.
+func (s *sim) since() time.Duration { return time.Since(s.start) }
+
+// logf records a line of the trace in verbose mode.
+func (s *sim) logf(format string, args ...any) {
+	if !s.opt.verbose {
+		return
+	}
+	line := fmt.Sprintf("%12v ", s.since()) + fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.res.trace = append(s.res.trace, line)
+	s.mu.Unlock()
+}
+
+// dur is a random duration in [0, d).
+func (s *sim) dur(d time.Duration) time.Duration { return time.Duration(s.rng.Int64N(int64(d))) }
+
+// run is the driver: the adversary's phase, the calm phase that checks
+// liveness, and the teardown.
+func (s *sim) run() {
+	go s.checker()
+	s.adversary.Store(true)
+	for range 2 + s.rng.IntN(3) {
+		s.spawn("")
+	}
+	// The adversary stops at an instant of its own, so that no call
+	// started at the same instant as another event depends on which
+	// goroutine ran first.
+	end := s.start.Add(time.Duration(6+s.rng.IntN(10)) * s.maxLease)
+	for !s.failed() {
+		gap := s.dur(s.maxLease / 2)
+		if gap >= time.Until(end) {
+			time.Sleep(time.Until(end))
+			break
+		}
+		time.Sleep(gap)
+		s.event()
+		s.scan("event")
+	}
+	if !s.failed() {
+		s.calm()
+	}
+	s.finish()
+}
+
+func (s *sim) failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.res.safety != ""
+}
+
+// checker checks safety after each delivered reply has been processed.
+func (s *sim) checker() {
+	defer close(s.checkDone)
+	for {
+		select {
+		case <-s.kick:
+			synctest.Wait()
+			s.scan("reply")
+		case <-s.stopCheck:
+			return
+		}
+	}
+}
+
+// poke asks the checker to check once every goroutine has settled.
+func (s *sim) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scan checks the invariants now and returns how many flags are raised.
+func (s *sim) scan(why string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var up []*proc
+	for _, p := range s.procs {
+		if f := p.flag.Load(); f != nil && f.Raised() {
+			up = append(up, p)
+		}
+	}
+	if len(up) > 1 && s.res.safety == "" {
+		var who []string
+		for _, p := range up {
+			tok, _ := p.flag.Load().Token()
+			who = append(who, fmt.Sprintf("%s (process %q, lease %v, token %d)", p, p.name, p.lease, tok))
+		}
+		s.res.safety = fmt.Sprintf("at %v (after %s) %d flags raised at once: %s",
+			s.since(), why, len(up), strings.Join(who, ", "))
+	}
+	for _, p := range up {
+		f := p.flag.Load()
+		tok, ok := f.Token()
+		if !ok {
+			continue
+		}
+		if s.res.safety == "" {
+			if tok < s.maxToken {
+				s.res.safety = fmt.Sprintf("at %v %s raised with token %d after token %d: the fencing token went backwards",
+					s.since(), p, tok, s.maxToken)
+			} else if tok == s.maxToken && s.tokenFlag != nil && f != s.tokenFlag {
+				s.res.safety = fmt.Sprintf("at %v %s raised with token %d, which another flag held", s.since(), p, tok)
+			}
+		}
+		if tok >= s.maxToken {
+			s.maxToken, s.tokenFlag = tok, f
+		}
+	}
+	return len(up)
+}
+
+// event applies one random act of the adversary and counts it by kind.
+func (s *sim) event() {
+	kind := ""
+	defer func() {
+		if kind != "" {
+			s.res.events++
+			s.res.kinds[kind]++
+		}
+	}()
+	now := time.Now()
+	switch s.rng.IntN(10) {
+	case 0: // the database becomes unreachable
+		d, hang := s.dur(3*s.maxLease/2), s.rng.IntN(2) == 0
+		s.mu.Lock()
+		s.outageUntil, s.outageHang = now.Add(d), hang
+		s.mu.Unlock()
+		s.logf("outage of the database for %v (hang %v)", d, hang)
+		kind = "database outage"
+	case 1: // one process is cut off
+		if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+			d, hang := s.dur(3*s.maxLease/2), s.rng.IntN(2) == 0
+			s.mu.Lock()
+			p.outageUntil, p.outageHang = now.Add(d), hang
+			s.mu.Unlock()
+			s.logf("%s cut off for %v (hang %v)", p, d, hang)
+			kind = "process cut off"
+		}
+	case 2: // one process freezes
+		if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+			d := s.dur(2 * s.maxLease)
+			p.mu.Lock()
+			p.frozenUntil = now.Add(d)
+			p.mu.Unlock()
+			s.quiet(now.Add(d))
+			s.logf("%s frozen for %v", p, d)
+			kind = "process frozen"
+		}
+	case 3: // one process crashes without releasing
+		if s.live() > 1 {
+			if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+				p.setState(stateCrashed)
+				s.logf("%s crashes", p)
+				kind = "crash"
+			}
+		}
+	case 4: // one process closes
+		if s.live() > 1 {
+			if p := s.pick(stateRunning); p != nil {
+				p.setState(stateClosing)
+				f := p.flag.Load()
+				s.logf("%s closes", p)
+				kind = "close"
+				p.closed.Store(true)
+				s.wg.Go(func() {
+					err := f.Close()
+					s.logf("%s closed: %v", p, err)
+					if p.state() == stateClosing {
+						p.setState(stateClosed)
+					}
+				})
+			}
+		}
+	case 5, 6: // a process starts or restarts
+		if s.live() < 4 && len(s.procs) < 16 {
+			name := ""
+			if s.rng.IntN(2) == 0 {
+				name = s.procs[s.rng.IntN(len(s.procs))].name // a restart, or a twin
+			}
+			if s.spawn(name) {
+				kind = "start, twin of a live flag"
+			} else {
+				kind = "start"
+			}
+		}
+	case 7: // an operator evicts the holder
+		ok, err := s.store.Evict(context.Background(), simFlag)
+		s.logf("eviction: %v %v", ok, err)
+		kind = "eviction"
+	case 8: // the database clock changes rate
+		if s.rateLo != s.rateHi {
+			r := s.rateLo + (s.rateHi-s.rateLo)*s.rng.Float64()
+			if s.rng.IntN(4) == 0 {
+				r = s.rateHi // the edge of the assumption
+			}
+			s.clock.SetRate(r)
+			s.logf("database clock rate %.4f", r)
+			kind = "clock rate change"
+		}
+	case 9: // a process's precheck vetoes leadership for a while
+		if p := s.pick(stateRunning); p != nil {
+			d := s.dur(s.maxLease)
+			p.mu.Lock()
+			p.vetoUntil = now.Add(d)
+			p.mu.Unlock()
+			s.quiet(now.Add(d))
+			s.logf("%s vetoed for %v", p, d)
+			kind = "precheck veto"
+		}
+	}
+}
+
+// calm stops the adversary and checks liveness: a flag raises within a
+// bound, and from then on one stays raised.
+func (s *sim) calm() {
+	s.adversary.Store(false)
+	s.mu.Lock()
+	s.outageUntil = time.Time{}
+	for _, p := range s.procs {
+		p.outageUntil = time.Time{}
+	}
+	s.mu.Unlock()
+	if s.rateLo <= 1 && 1 <= s.rateHi {
+		s.clock.SetRate(1)
+	}
+	if s.live() == 0 {
+		s.spawn("")
+	}
+	stop := time.Now()
+	s.logf("adversary stops")
+	s.scan("adversary stops")
+	// The adversary's last effects (frozen calls and processes, vetoes,
+	// calls hanging in an outage until their deadline) end at quietAt.
+	// Then an abandoned term expires within a lease, a follower attempts
+	// within a poll interval (at most a third of its lease) plus jitter, and
+	// a process whose Build failed retries within half its lease.
+	s.quiet(stop.Add(s.maxLease / 5))
+	s.mu.Lock()
+	quietAt := s.quietAt
+	s.mu.Unlock()
+	deadline := quietAt.Add(2 * s.maxLease)
+	time.Sleep(time.Until(deadline))
+	if s.scan("liveness deadline") == 0 {
+		s.setLiveness(fmt.Sprintf("no flag raised at %v, %v after the adversary stopped and %v after its last effect",
+			s.since(), deadline.Sub(stop), deadline.Sub(quietAt)))
+		return
+	}
+	for range 10 {
+		time.Sleep(s.maxLease / 10)
+		if s.scan("calm") == 0 {
+			s.setLiveness(fmt.Sprintf("at %v no flag raised, %v after the adversary stopped", s.since(), time.Since(stop)))
+			return
+		}
+	}
+}
+
+// quiet records that an effect of the adversary lasts until t.
+func (s *sim) quiet(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.After(s.quietAt) {
+		s.quietAt = t
+	}
+}
+
+func (s *sim) setLiveness(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.res.liveness == "" {
+		s.res.liveness = msg
+	}
+}
+
+// finish closes every flag; crashed processes' calls return errors.
+func (s *sim) finish() {
+	s.res.length = s.since()
+	s.mu.Lock()
+	s.res.terms = s.maxToken
+	s.mu.Unlock()
+	s.logf("teardown")
+	close(s.teardown)
+	s.mu.Lock()
+	procs := append([]*proc(nil), s.procs...)
+	s.mu.Unlock()
+	for _, p := range procs {
+		if f := p.flag.Load(); f != nil && p.closed.CompareAndSwap(false, true) {
+			s.wg.Go(func() { _ = f.Close() })
+		}
+	}
+	s.wg.Wait()
+	s.late.Wait()
+	close(s.stopCheck)
+	<-s.checkDone
+}
+
+// live counts the processes that are building or running.
+func (s *sim) live() int {
+	n := 0
+	for _, p := range s.procs {
+		if st := p.state(); st == stateBuilding || st == stateRunning {
+			n++
+		}
+	}
+	return n
+}
+
+// pick returns a random process in one of the states, or nil.
+func (s *sim) pick(states ...procState) *proc {
+	var in []*proc
+	for _, p := range s.procs {
+		st := p.state()
+		for _, want := range states {
+			if st == want {
+				in = append(in, p)
+			}
+		}
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	return in[s.rng.IntN(len(in))]
+}
+
+// outage reports whether p's statements cannot reach the database now, and
+// whether its calls then hang until their deadline rather than fail.
+func (s *sim) outage(p *proc) (down, hang bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if now.Before(s.outageUntil) {
+		return true, s.outageHang
+	}
+	if now.Before(p.outageUntil) {
+		return true, p.outageHang
+	}
+	return false, false
+}
+
+// ran records a statement that the store ran: key identifies its outcome
+// for the digest, and text describes it in the trace.
+func (s *sim) ran(p *proc, op string, key uint64, text func() string) {
+	s.mu.Lock()
+	s.res.calls++
+	h := splitmix(s.res.digest ^ uint64(s.since()))
+	h = splitmix(h ^ uint64(p.id)<<48 ^ uint64(len(op)))
+	s.res.digest = splitmix(h ^ key)
+	s.mu.Unlock()
+	if s.opt.verbose {
+		s.logf("%s %s: %s", p, op, text())
+	}
+}
+
+type procState int
+
+const (
+	stateBuilding procState = iota
+	stateRunning
+	stateClosing
+	stateClosed
+	stateCrashed
+)
+
+// proc is one process with one Flag.
+type proc struct {
+	s        *sim
+	id       int
+	name     string
+	lease    time.Duration
+	margin   time.Duration
+	timeout  time.Duration
+	noJitter bool
+	notify   bool
+	flag     atomic.Pointer[leadership.Flag]
+	// closed is set by whoever calls Close, once: a second Close would
+	// wait on a mutex, which synctest does not count as durably blocked.
+	closed atomic.Bool
+
+	// outageUntil and outageHang are guarded by s.mu.
+	outageUntil time.Time
+	outageHang  bool
+
+	mu          sync.Mutex
+	rng         *rand.Rand // the adversary's decisions about this process's calls
+	st          procState
+	frozenUntil time.Time
+	vetoUntil   time.Time
+}
+
+func (p *proc) String() string { return fmt.Sprintf("flag#%d", p.id) }
+
+func (p *proc) state() procState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st
+}
+
+func (p *proc) setState(st procState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st != stateCrashed {
+		p.st = st
+	}
+}
+
+// spawn starts a process named name (a fresh name if ""): it builds its
+// flag, and retries like a supervisor restarting it when Build fails. It
+// reports whether a live process already has that name.
+func (s *sim) spawn(name string) (twin bool) {
+	id := len(s.procs)
+	if name == "" {
+		name = fmt.Sprintf("p%d", id)
+	}
+	for _, q := range s.procs {
+		if st := q.state(); q.name == name && (st == stateBuilding || st == stateRunning) {
+			twin = true
+		}
+	}
+	lease := s.leases[s.rng.IntN(len(s.leases))]
+	p := &proc{
+		s:        s,
+		id:       id,
+		name:     name,
+		lease:    lease,
+		margin:   lease / time.Duration(s.margins[s.rng.IntN(len(s.margins))]),
+		timeout:  lease / 5,
+		noJitter: s.rng.IntN(2) == 0,
+		notify:   s.rng.IntN(2) == 0,
+		rng:      rand.New(rand.NewPCG(s.opt.seed, uint64(id)+1)),
+	}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	s.logf("%s starts: process %q, lease %v, margin %v, jitter %v, notify %v", p, name, lease, p.margin, !p.noJitter, p.notify)
+	var store leadership.Store = &procStore{p}
+	if p.notify {
+		store = notifyingProcStore{&procStore{p}}
+	}
+	b := leadership.NewFlag().Store(store).Name(simFlag).Process(name).Lease(lease).
+		SafetyMargin(p.margin).Migrate(false).Precheck(p.precheck)
+	if p.noJitter {
+		b.Jitter(0)
+	}
+	s.wg.Go(func() {
+		for {
+			f, err := b.Build(context.Background())
+			if err == nil {
+				p.flag.Store(f)
+				p.setState(stateRunning)
+				s.logf("%s built", p)
+				select {
+				case <-s.teardown: // built during the teardown
+					if p.closed.CompareAndSwap(false, true) {
+						_ = f.Close()
+					}
+				default:
+				}
+				return
+			}
+			s.logf("%s: %v", p, err)
+			if p.state() == stateCrashed {
+				return
+			}
+			select {
+			case <-time.After(lease / 2):
+			case <-s.teardown:
+				return
+			}
+		}
+	})
+	return twin
+}
+
+func (p *proc) precheck(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().Before(p.vetoUntil) {
+		return errVetoed
+	}
+	return nil
+}
+
+// thaw waits while the process is frozen.
+func (p *proc) thaw() {
+	for {
+		p.mu.Lock()
+		d := time.Until(p.frozenUntil)
+		p.mu.Unlock()
+		if d <= 0 {
+			return
+		}
+		time.Sleep(d)
+	}
+}
+
+// callPlan is what the adversary does to one store call.
+type callPlan struct {
+	pre, post             time.Duration // latency before the statement, after it
+	preFrozen, postFrozen bool          // the latency ignores the context (a frozen goroutine)
+	onWire                bool          // if the caller gives up before the statement, it still runs
+	failBefore            bool          // the statement fails without running
+	lose, loseHang        bool          // the reply is lost after the statement ran
+}
+
+func (p *proc) plan() callPlan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rng
+	latency := func() time.Duration { return time.Duration(1 + r.Int64N(int64(time.Millisecond))) }
+	c := callPlan{pre: latency()} // the reply is instant unless delayed below
+	if !p.s.adversary.Load() {
+		return c
+	}
+	uniform := func(d time.Duration) time.Duration { return time.Duration(r.Int64N(int64(d))) }
+	switch x := r.Float64() / p.s.intensity; {
+	case x < 0.08:
+		c.pre += uniform(3 * p.timeout / 2)
+		c.onWire = r.IntN(2) == 0
+	case x < 0.16:
+		c.post += uniform(3 * p.timeout / 2)
+	case x < 0.19:
+		c.pre += uniform(5 * p.lease / 2)
+		c.preFrozen = true
+	case x < 0.22:
+		c.post += uniform(5 * p.lease / 2)
+		c.postFrozen = true
+	case x < 0.28:
+		c.failBefore = true
+	case x < 0.34:
+		c.lose, c.loseHang = true, r.IntN(2) == 0
+	}
+	return c
+}
+
+// call runs one store call of p through the adversary. exec runs the
+// statement at the database, atomically, at the instant it is called.
+func call[T any](p *proc, ctx context.Context, op string, exec func(context.Context) (T, error), show func(T, error) (uint64, string), raises func(T) bool) (_ T, err error) {
+	var zero T
+	s := p.s
+	if s.opt.verbose {
+		defer func() {
+			if err != nil {
+				s.logf("%s %s returns %v", p, op, err)
+			}
+		}()
+	}
+	if p.state() == stateCrashed {
+		<-s.teardown
+		return zero, errCrashed
+	}
+	p.thaw()       // a frozen process sends nothing,
+	defer p.thaw() // and sees no reply or error until it thaws
+	if err := ctx.Err(); err != nil {
+		// A flag's loop may make one more attempt with a cancelled context
+		// when Close and a release notification are ready at once (its
+		// select picks either): it must not consume a draw of the adversary.
+		return zero, err
+	}
+	c := p.plan()
+	s.quiet(time.Now().Add(c.pre + c.post))
+	if c.preFrozen {
+		time.Sleep(c.pre)
+	} else if slept, ok := sleepCtx(ctx, c.pre); !ok {
+		if c.onWire { // the caller gave up, but the statement still reaches the database
+			s.late.Go(func() {
+				time.Sleep(c.pre - slept)
+				if down, _ := s.outage(p); !down {
+					res, err := exec(context.Background())
+					key, _ := show(res, err)
+					s.ran(p, op+" after the caller gave up", key, func() string { _, t := show(res, err); return t })
+				}
+			})
+		}
+		return zero, ctx.Err()
+	}
+	if down, hang := s.outage(p); down {
+		if hang {
+			<-ctx.Done()
+			return zero, ctx.Err()
+		}
+		return zero, errOutage
+	}
+	if c.failBefore {
+		return zero, errInjected
+	}
+	res, err := exec(context.Background())
+	key, _ := show(res, err)
+	s.ran(p, op, key, func() string { _, t := show(res, err); return t })
+	if c.lose {
+		if c.loseHang {
+			<-ctx.Done()
+			return zero, ctx.Err()
+		}
+		return zero, errLost
+	}
+	if c.postFrozen {
+		time.Sleep(c.post)
+	} else if _, ok := sleepCtx(ctx, c.post); !ok {
+		return zero, ctx.Err()
+	}
+	p.thaw()
+	if p.state() == stateCrashed { // the reply reaches a dead process
+		<-s.teardown
+		return zero, errCrashed
+	}
+	if raises != nil && raises(res) {
+		s.poke()
+	}
+	return res, err
+}
+
+// sleepCtx sleeps for d or until ctx is done, and reports how long it
+// slept and whether it slept the whole d.
+func sleepCtx(ctx context.Context, d time.Duration) (time.Duration, bool) {
+	if d <= 0 {
+		return 0, true
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return d, true
+	case <-ctx.Done():
+		return time.Since(start), false
+	}
+}
+
+// procStore is the store as one process reaches it, through the adversary.
+type procStore struct{ p *proc }
+
+func (ps *procStore) Migrate(ctx context.Context) error { return ps.p.s.store.Migrate(ctx) }
+
+func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	return call(ps.p, ctx, "acquire",
+		func(ctx context.Context) (leadership.Result, error) { return ps.p.s.store.Acquire(ctx, req) },
+		func(r leadership.Result, err error) (uint64, string) {
+			key := uint64(r.Version)<<1 | b2u(r.Acquired) ^ uint64(r.ExpiresAt.Sub(r.Now))<<20
+			if !ps.p.s.opt.verbose {
+				return key, ""
+			}
+			return key, fmt.Sprintf("version %d -> acquired %v, holder %q, version %d, expires in %v, error %v",
+				req.Version, r.Acquired, r.Holder, r.Version, r.ExpiresAt.Sub(r.Now), err)
+		},
+		func(r leadership.Result) bool { return r.Acquired })
+}
+
+func (ps *procStore) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
+	return call(ps.p, ctx, "release",
+		func(ctx context.Context) (bool, error) { return ps.p.s.store.Release(ctx, name, holder, version) },
+		func(ok bool, err error) (uint64, string) {
+			return uint64(version)<<1 | b2u(ok), fmt.Sprintf("version %d -> released %v, error %v", version, ok, err)
+		}, nil)
+}
+
+func (ps *procStore) Evict(ctx context.Context, name string) (bool, error) {
+	return ps.p.s.store.Evict(ctx, name)
+}
+
+func (ps *procStore) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
+	return ps.p.s.store.Flags(ctx)
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// notifyingProcStore also forwards release notifications.
+type notifyingProcStore struct{ *procStore }
+
+func (ps notifyingProcStore) NotifyReleases(name string) (<-chan struct{}, func()) {
+	return ps.p.s.db.NotifyReleases(name)
+}
+
+// simClock is the database clock: it runs at a rate, relative to the
+// processes' clocks, that the adversary changes; it never goes backwards.
+type simClock struct {
+	mu     sync.Mutex
+	origin time.Time // virtual instant of the last change of rate
+	base   time.Time // database time at origin
+	rate   float64
+}
+
+func newSimClock() *simClock {
+	now := time.Now()
+	return &simClock{origin: now, base: now, rate: 1}
+}
+
+func (c *simClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nowLocked()
+}
+
+func (c *simClock) nowLocked() time.Time {
+	return c.base.Add(time.Duration(float64(time.Since(c.origin)) * c.rate))
+}
+
+func (c *simClock) SetRate(r float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.origin, c.rate = c.nowLocked(), time.Now(), r
+}
+
+// mutantStore wraps the simulation's memstore and breaks one rule of the
+// Store contract. Its mutex makes each read-then-write atomic.
+type mutantStore struct {
+	*memstore.Store
+	kind  string
+	clock *simClock
+
+	mu     sync.Mutex
+	offset map[string]int64 // release-resets-version: the inner version shown as 0
+}
+
+func (m *mutantStore) row(ctx context.Context, name string) (leadership.Record, bool) {
+	rows, _, _ := m.Store.Flags(ctx)
+	for _, r := range rows {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return leadership.Record{}, false
+}
+
+func (m *mutantStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch m.kind {
+	case mutantRenewAnyTerm:
+		if row, ok := m.row(ctx, req.Name); ok && row.Holder == req.Holder {
+			req.Version = row.Version // any term of this holder counts as its own
+		}
+	case mutantExpiryByRequest:
+		row, ok := m.row(ctx, req.Name)
+		own := row.Holder == req.Holder && row.Version == req.Version
+		if ok && row.Holder != "" && !own && !row.RenewedAt.Add(req.Lease).After(m.clock.Now()) {
+			// judged expired by the requester's lease, not the stored expiry
+			_, _ = m.Store.Release(ctx, req.Name, row.Holder, row.Version)
+		}
+	case mutantReleaseResets:
+		off := m.offset[req.Name]
+		if req.Version > 0 {
+			req.Version += off
+		}
+		res, err := m.Store.Acquire(ctx, req)
+		res.Version -= off
+		return res, err
+	}
+	return m.Store.Acquire(ctx, req)
+}
+
+func (m *mutantStore) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.kind != mutantReleaseResets {
+		return m.Store.Release(ctx, name, holder, version)
+	}
+	ok, err := m.Store.Release(ctx, name, holder, version+m.offset[name])
+	if ok { // the version restarts from 0
+		row, _ := m.row(ctx, name)
+		m.offset[name] = row.Version
+	}
+	return ok, err
+}
+
+func (m *mutantStore) Evict(ctx context.Context, name string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.kind != mutantEvictFrees {
+		return m.Store.Evict(ctx, name)
+	}
+	row, ok := m.row(ctx, name)
+	if !ok || row.Holder == "" {
+		return false, nil
+	}
+	return m.Store.Release(ctx, name, row.Holder, row.Version) // frees the row at once
+}
