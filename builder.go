@@ -248,9 +248,7 @@ func defaultProcess() string {
 // first attempt to acquire the flag and starts the background loop. It
 // returns an error naming the field for bad settings, and the database
 // error if the migrations or the first attempt fail; then nothing keeps
-// running. The first attempt is bounded by Timeout or 5 s, whichever is
-// longer, since it usually opens the first database connection; ctx can
-// bound it further. The returned flag must be closed with [Flag.Close].
+// running. The returned flag must be closed with [Flag.Close].
 func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
 	c, err := b.config()
 	if err != nil {

@@ -80,7 +80,7 @@ func (f *Flag) start(ctx context.Context) error {
 	if n, ok := f.c.store.(ReleaseNotifier); ok {
 		f.wake, f.stopNotify = n.NotifyReleases(f.c.name)
 	}
-	first, err := f.attemptWithin(ctx, max(f.c.timeout, firstAttemptTimeout))
+	first, err := f.attemptWith(ctx)
 	if err != nil {
 		f.loopCancel()
 		close(f.loopDone)

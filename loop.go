@@ -47,18 +47,6 @@ func (f *Flag) run(delay time.Duration) {
 // returns how long to wait before the next one, and the database error if
 // the attempt failed.
 func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
-	return f.attemptWithin(ctx, f.c.timeout)
-}
-
-// firstAttemptTimeout bounds the first attempt, made by Build, when the
-// configured Timeout is shorter: it usually opens the first connection
-// (TCP, TLS, authentication), which can take longer than a statement on a
-// loaded machine. Safety does not depend on it: a reply later than the
-// trust window is not trusted.
-const firstAttemptTimeout = 5 * time.Second
-
-// attemptWithin is attemptWith with a given bound on the database call.
-func (f *Flag) attemptWithin(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	defer func() { f.lastAttemptDone.Store(f.now()) }()
 	if f.c.precheck != nil {
 		pctx, cancel := context.WithTimeout(ctx, f.c.timeout)
@@ -74,7 +62,7 @@ func (f *Flag) attemptWithin(ctx context.Context, timeout time.Duration) (time.D
 	f.mu.Unlock()
 
 	sent := f.now() // the trust window counts from before the request leaves
-	actx, cancel := context.WithTimeout(ctx, timeout)
+	actx, cancel := context.WithTimeout(ctx, f.c.timeout)
 	res, err := f.c.store.Acquire(actx, Request{Name: f.c.name, Holder: f.c.process, Version: version, Lease: f.c.lease})
 	cancel()
 	seconds := time.Duration(f.now() - sent).Seconds()
