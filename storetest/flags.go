@@ -298,6 +298,12 @@ func (m *monitor) raised() int {
 }
 
 func (m *monitor) build(t *testing.T, s leadership.Store, name string, lease time.Duration) *leadership.Flag {
+	// Open the store's first connection before Build: its first attempt
+	// has only lease/5, which a new connection (TCP, authentication) can
+	// exceed on a loaded machine.
+	if _, _, err := s.Flags(ctx(t)); err != nil {
+		t.Fatalf("Flags before Build: %v", err)
+	}
 	return m.buildWith(t, leadership.NewFlag().Store(s).Name(name), lease)
 }
 
