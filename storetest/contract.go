@@ -150,7 +150,7 @@ func runContract(t *testing.T, open Open) {
 	t.Run("EvictBlocksHolderAndWaitsForExpiry", func(t *testing.T) {
 		t.Parallel()
 		name := uniqueName(t)
-		first := acquire(t, s, name, "a", 0, 700*time.Millisecond)
+		first := acquire(t, s, name, "a", 0, 3*time.Second)
 		if ok, err := s.Evict(ctx(t), name); err != nil || !ok {
 			t.Fatalf("Evict = %v, %v; want true", ok, err)
 		}
@@ -158,10 +158,12 @@ func runContract(t *testing.T, open Open) {
 		if row.Holder != "" || row.Version != first.Version || !row.ExpiresAt.Equal(first.ExpiresAt) {
 			t.Fatalf("row after evict = %+v, want no holder, version %d and expiry %v kept", row, first.Version, first.ExpiresAt)
 		}
-		if res := acquire(t, s, name, "a", first.Version, time.Minute); res.Acquired {
+		// On a loaded machine the term may have expired by now; only an
+		// acquisition before its expiry by the database clock is wrong.
+		if res := acquire(t, s, name, "a", first.Version, time.Minute); res.Acquired && res.Now.Before(first.ExpiresAt) {
 			t.Fatalf("the evicted term renewed: %+v", res)
 		}
-		if res := acquire(t, s, name, "b", 0, time.Minute); res.Acquired {
+		if res := acquire(t, s, name, "b", 0, time.Minute); res.Acquired && res.Now.Before(first.ExpiresAt) {
 			t.Fatalf("b acquired before the evicted term's expiry: %+v", res)
 		}
 		if ok, err := s.Evict(ctx(t), name); err != nil || ok {

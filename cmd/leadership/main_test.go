@@ -200,10 +200,10 @@ func TestRunEndToEnd(t *testing.T) {
 			if err := runners[first.ppid].cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "a command starts after SIGKILL of the leader", func() bool { return len(starts(readMarks(t, marks))) == 2 })
+			waitFor(t, 10*time.Second, "a command starts after SIGKILL of the leader", func() bool { return len(starts(readMarks(t, marks))) == 2 })
 			second := starts(readMarks(t, marks))[1]
 			t.Logf("%s: failover after SIGKILL took %v (lease 1s)", db, second.at.Sub(killed).Round(time.Millisecond))
-			waitFor(t, 2*time.Second, "the killed leader's command dies with it", func() bool { return !alive(first.pid) })
+			waitFor(t, 5*time.Second, "the killed leader's command dies with it", func() bool { return !alive(first.pid) })
 
 			// A fourth process waits too, so that one is left waiting for
 			// the eviction below.
@@ -217,10 +217,10 @@ func TestRunEndToEnd(t *testing.T) {
 			if err := runners[second.ppid].cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if code := runners[second.ppid].wait(t, 5*time.Second); code != 0 {
+			if code := runners[second.ppid].wait(t, 15*time.Second); code != 0 {
 				t.Fatalf("leadership run exited %d after SIGTERM, want the command's status 0", code)
 			}
-			waitFor(t, 3*time.Second, "a command starts after SIGTERM of the leader", func() bool { return len(starts(readMarks(t, marks))) == 3 })
+			waitFor(t, 10*time.Second, "a command starts after SIGTERM of the leader", func() bool { return len(starts(readMarks(t, marks))) == 3 })
 			third := starts(readMarks(t, marks))[2]
 			t.Logf("%s: handover after SIGTERM took %v", db, third.at.Sub(stopped).Round(time.Millisecond))
 
@@ -229,10 +229,10 @@ func TestRunEndToEnd(t *testing.T) {
 			if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 || !strings.Contains(out, "evicted") {
 				t.Fatalf("release = %d, %q, %q", code, out, errs)
 			}
-			if code := runners[third.ppid].wait(t, 5*time.Second); code != exitLost {
+			if code := runners[third.ppid].wait(t, 15*time.Second); code != exitLost {
 				t.Fatalf("evicted leadership run exited %d, want %d", code, exitLost)
 			}
-			waitFor(t, 5*time.Second, "a command starts after the eviction", func() bool { return len(starts(readMarks(t, marks))) == 4 })
+			waitFor(t, 10*time.Second, "a command starts after the eviction", func() bool { return len(starts(readMarks(t, marks))) == 4 })
 			var stopAt time.Time
 			for _, m := range readMarks(t, marks) {
 				if m.kind == "stop" && m.pid == third.pid {
@@ -256,13 +256,13 @@ func TestSkipIfHeldAndWait(t *testing.T) {
 
 	begin := time.Now()
 	skip := startRun(t, dsn, name, marks, "--skip-if-held")
-	if code := skip.wait(t, 5*time.Second); code != 0 {
+	if code := skip.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("--skip-if-held exited %d, want 0", code)
 	}
 	t.Logf("--skip-if-held exited after %v", time.Since(begin).Round(time.Millisecond))
 
 	wait := startRun(t, dsn, name, marks, "--wait", "500ms")
-	if code := wait.wait(t, 5*time.Second); code != 0 {
+	if code := wait.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("--wait 500ms exited %d, want 0", code)
 	}
 	if n := len(starts(readMarks(t, marks))); n != 1 {
