@@ -141,7 +141,7 @@ type runner struct {
 
 func startRun(t *testing.T, dsn, name, marks string, extra ...string) *runner {
 	t.Helper()
-	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "1s", "--grace", "300ms"}, extra...)
+	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "2s", "--grace", "300ms"}, extra...)
 	args = append(args, "--", "sh", "-c", childScript)
 	r := &runner{cmd: exec.Command(bin, args...), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "MARKS="+marks)
@@ -189,7 +189,7 @@ func TestRunEndToEnd(t *testing.T) {
 				runners[r.cmd.Process.Pid] = r
 			}
 			waitFor(t, 10*time.Second, "a command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
-			time.Sleep(1500 * time.Millisecond) // more than a lease: nobody else may start
+			time.Sleep(2500 * time.Millisecond) // more than a lease: nobody else may start
 			if s := starts(readMarks(t, marks)); len(s) != 1 {
 				t.Fatalf("%d commands started, want exactly 1: %+v", len(s), s)
 			}
@@ -202,7 +202,7 @@ func TestRunEndToEnd(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, "a command starts after SIGKILL of the leader", func() bool { return len(starts(readMarks(t, marks))) == 2 })
 			second := starts(readMarks(t, marks))[1]
-			t.Logf("%s: failover after SIGKILL took %v (lease 1s)", db, second.at.Sub(killed).Round(time.Millisecond))
+			t.Logf("%s: failover after SIGKILL took %v (lease 2s)", db, second.at.Sub(killed).Round(time.Millisecond))
 			waitFor(t, 5*time.Second, "the killed leader's command dies with it", func() bool { return !alive(first.pid) })
 
 			// A fourth process waits too, so that one is left waiting for
