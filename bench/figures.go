@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,19 @@ import (
 )
 
 func testingInit() { testing.Init() }
+
+// loadavg is the first three fields of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
 
 func mysqlVersion(ctx context.Context, url string) (string, error) {
 	native, err := storeopen.MySQLNative(url)
@@ -78,7 +92,11 @@ func machine() string {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		kernel = ", Linux " + strings.TrimSpace(string(b))
 	}
-	return fmt.Sprintf("%d cores (%s)%s%s, %s", runtime.NumCPU(), model, mem, kernel, runtime.Version())
+	clock := ""
+	if b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil {
+		clock = ", clocksource " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%d cores (%s)%s%s%s, %s", runtime.NumCPU(), model, mem, kernel, clock, runtime.Version())
 }
 
 // benchResult is one Go benchmark: ns/op and allocs/op per repetition.
@@ -483,7 +501,11 @@ func timeline(t target, runID string, o options) (*timelineRun, error) {
 	tl.marks = append(tl.marks, mark{tl.stalled[1], h.id, "SIGCONT"})
 	_ = h.cmd.Process.Signal(syscall.SIGCONT)
 	var lowered time.Time
+	first := "unknown"
 	g.pump(lease, func(ev event) bool {
+		if ev.w == h && ev.kind == "G" && len(ev.fields) == 3 {
+			first = ev.fields[2]
+		}
 		if ev.w == h && ev.kind == "L" {
 			lowered = ev.t
 			return true
@@ -494,7 +516,7 @@ func timeline(t target, runID string, o options) (*timelineRun, error) {
 		tl.notes = append(tl.notes, fmt.Sprintf("stall: another process raised %v after SIGSTOP", other.Sub(tl.stalled[0]).Round(time.Millisecond)))
 	}
 	if !lowered.IsZero() {
-		tl.notes = append(tl.notes, fmt.Sprintf("stall: the stopped process reported Raised() = false %v after SIGCONT (its first sample; it never reported true after the other raised)", lowered.Sub(tl.stalled[1]).Round(time.Microsecond)))
+		tl.notes = append(tl.notes, fmt.Sprintf("stall: the first Raised() call of the stopped process after SIGCONT returned %s; it reported false %v after SIGCONT", first, lowered.Sub(tl.stalled[1]).Round(time.Microsecond)))
 	}
 	g.pump(lease, nil)
 	// Graceful handover.
@@ -513,4 +535,55 @@ func timeline(t target, runID string, o options) (*timelineRun, error) {
 	tl.procs = len(g.workers)
 	tl.log = g.log
 	return tl, nil
+}
+
+// stallFigure stops the holder with SIGSTOP until another process has
+// raised, resumes it with SIGCONT and returns, per round, how long after
+// SIGCONT the resumed process still reported Raised() true (until its
+// first sample that returned false).
+func stallFigure(t target, impl, runID string, lease time.Duration, rounds int, firstTrue *int) ([]time.Duration, error) {
+	name := fmt.Sprintf("lbench-%s-stall-%s-%s", runID, impl, t.kind)
+	g := newGroup("worker", workerArgs(t, impl, name, lease, 0))
+	defer g.stopAll()
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	var ds []time.Duration
+	for range rounds {
+		if err := g.ensure(3, 60*time.Second); err != nil {
+			return ds, err
+		}
+		if _, err := g.waitHolder(4 * lease); err != nil {
+			return ds, err
+		}
+		g.pump(time.Duration(float64(lease)*(0.2+rnd.Float64())), nil)
+		h, err := g.waitHolder(4 * lease)
+		if err != nil {
+			return ds, err
+		}
+		_ = h.cmd.Process.Signal(syscall.SIGSTOP)
+		if !g.pump(4*lease+10*time.Second, func(ev event) bool { return ev.kind == "R" && ev.w != h }) {
+			_ = h.cmd.Process.Signal(syscall.SIGCONT)
+			return ds, fmt.Errorf("nobody raised while the holder was stopped")
+		}
+		g.pump(lease/4, nil)
+		tc := time.Now()
+		_ = h.cmd.Process.Signal(syscall.SIGCONT)
+		var tl time.Time
+		if !g.pump(4*lease+10*time.Second, func(ev event) bool {
+			if ev.w == h && ev.kind == "G" && len(ev.fields) == 3 && ev.fields[2] == "true" {
+				*firstTrue++
+			}
+			if ev.w == h && ev.kind == "L" {
+				tl = ev.t
+				return true
+			}
+			return false
+		}) {
+			return ds, fmt.Errorf("the resumed process never lowered")
+		}
+		ds = append(ds, tl.Sub(tc))
+		// Retire the resumed process so every round starts alike.
+		g.signal(h, syscall.SIGKILL)
+		g.pump(10*time.Second, func(event) bool { return h.gone })
+	}
+	return ds, nil
 }

@@ -119,7 +119,7 @@ func logf(format string, args ...any) {
 
 func run(o options) error {
 	ctx := context.Background()
-	r := &report{opts: o, started: time.Now().UTC()}
+	r := &report{opts: o, started: time.Now().UTC(), loadStart: loadavg()}
 	r.machine = machine()
 	use := func(k string) bool { return strings.Contains(o.dbs, k) }
 	runID := fmt.Sprintf("%d", time.Now().Unix()%1000000)
@@ -207,6 +207,15 @@ func run(o options) error {
 			ds, err := takeoverFigure(t, impl, runID, "graceful", lease, phase, syscall.SIGTERM, o.rounds)
 			r.graceful = append(r.graceful, result{db: t.kind, impl: impl, lease: lease, ds: ds, err: err})
 		}
+		if t.kind == "postgres" {
+			for _, impl := range impls {
+				n := max(o.rounds/4, 2)
+				logf("stall: %s on %s, %d rounds, lease/interval %v", impl, t.kind, n, o.lease)
+				var firstTrue int
+				ds, err := stallFigure(t, impl, runID, o.lease, n, &firstTrue)
+				r.stall = append(r.stall, result{db: t.kind, impl: impl, lease: o.lease, ds: ds, err: err, firstTrue: firstTrue})
+			}
+		}
 	}
 
 	// (3) database load at equal worst-case crash failover.
@@ -240,7 +249,7 @@ func run(o options) error {
 		}
 	}
 
-	r.finished = time.Now().UTC()
+	r.finished, r.loadEnd = time.Now().UTC(), loadavg()
 	if err := os.WriteFile(o.out, []byte(r.markdown()), 0o644); err != nil {
 		return err
 	}

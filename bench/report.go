@@ -13,21 +13,26 @@ type result struct {
 	lease    time.Duration
 	ds       []time.Duration
 	err      error
+	// firstTrue counts stalls after which the first Raised() call
+	// returned true (stall figure only).
+	firstTrue int
 }
 
 type report struct {
-	opts              options
-	started, finished time.Time
-	machine           string
-	targets           []target
-	notes             []string
-	raised            []benchResult
-	rootBench         string
-	crash, graceful   []result
-	load              []loadRow
-	scale             []scaleStep
-	scaleErr          error
-	timeline          *timelineRun
+	opts               options
+	started, finished  time.Time
+	loadStart, loadEnd string
+	machine            string
+	targets            []target
+	notes              []string
+	raised             []benchResult
+	rootBench          string
+	crash, graceful    []result
+	stall              []result
+	load               []loadRow
+	scale              []scaleStep
+	scaleErr           error
+	timeline           *timelineRun
 }
 
 func stats(ds []time.Duration) (med, lo, hi time.Duration) {
@@ -75,7 +80,7 @@ func (r *report) markdown() string {
 	}
 	p("")
 	p("- Date: %s to %s (UTC)", r.started.Format("2006-01-02 15:04"), r.finished.Format("15:04"))
-	p("- Machine: %s. The benchmark processes and the database servers share these cores; other test suites may have used the same servers meanwhile.", r.machine)
+	p("- Machine: %s. The benchmark processes and the database servers share these cores; other test suites may have used the same servers and cores meanwhile (load average at start %s, at end %s).", r.machine, r.loadStart, r.loadEnd)
 	for _, t := range r.targets {
 		p("- %s: %s", t.kind, t.version)
 	}
@@ -131,6 +136,24 @@ func (r *report) markdown() string {
 		med, lo, hi := stats(c.ds)
 		p("| %s | %s | %d | %s | %s | %s |", c.db, implName(c.impl), len(c.ds), ms(med), ms(lo), ms(hi))
 	}
+	p("")
+
+	p("### Stall: SIGSTOP of the holder")
+	p("")
+	p("Not one of the five figures, but what a stall does to safety. The holder gets SIGSTOP until another process has raised, then SIGCONT a quarter lease later. The worker samples `Raised()` every 200 µs and notes what its first call after the gap returned; the time is from SIGCONT to the first sample returning false (for a process whose first call already returned false, that is only the delay before its sampling goroutine ran). Lease/Interval %v, PostgreSQL.", r.opts.lease)
+	p("")
+	p("| database | flag | stalls | first `Raised()` after SIGCONT returned true | SIGCONT → first sample reporting false: median | min | max |")
+	p("|---|---|---|---|---|---|---|")
+	for _, c := range r.stall {
+		if len(c.ds) == 0 {
+			p("| %s | %s | 0 | | not measured: %v | | |", c.db, implName(c.impl), c.err)
+			continue
+		}
+		med, lo, hi := stats(c.ds)
+		p("| %s | %s | %d | %d of %d | %s | %s | %s |", c.db, implName(c.impl), len(c.ds), c.firstTrue, len(c.ds), ms(med), ms(lo), ms(hi))
+	}
+	p("")
+	p("Ours: `Raised()` compares the monotonic clock with the end of the trust window, so it is false from the first call after the resume. The peer's `Raised()` is an atomic boolean that stays true until its loop has run a check (three statements) after the resume: two processes see the flag raised meanwhile.")
 	p("")
 
 	// (3)

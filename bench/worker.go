@@ -139,7 +139,8 @@ func histCount(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() 
 
 // workerMain runs one process holding or following one flag. It prints
 // "READY", then "R <unixnano>" / "L <unixnano>" whenever Raised() changes
-// (sampled every -sample), "S <unixnano> <statements> <attempts> <raised>"
+// (sampled every -sample), "G <unixnano> <gap> <raised>" after a gap of
+// more than 50 ms between samples (SIGSTOP), "S <unixnano> <statements> <attempts> <raised>"
 // every second, and on SIGTERM closes the flag, prints "C <unixnano>" and
 // exits.
 func workerMain(args []string) {
@@ -205,6 +206,7 @@ func workerMain(args []string) {
 	tick := time.NewTicker(*sample)
 	stats := time.NewTicker(time.Second)
 	was := false
+	var lastTick time.Time
 	for {
 		select {
 		case <-term:
@@ -218,7 +220,14 @@ func workerMain(args []string) {
 			}
 			emit("S %d %d %d %d", time.Now().UnixNano(), c.n.Load(), attemptsFn(), r)
 		case <-tick.C:
+			t := time.Now()
 			now := raised()
+			if !lastTick.IsZero() && t.Sub(lastTick) > 50*time.Millisecond {
+				// The process was stopped (or starved): say what the first
+				// call after the gap returned.
+				emit("G %d %d %t", t.UnixNano(), t.Sub(lastTick), now)
+			}
+			lastTick = t
 			if now != was {
 				was = now
 				if now {
