@@ -200,6 +200,7 @@ type loadRow struct {
 	worst              time.Duration // worst-case crash failover, from the source
 	leader, followers  []float64     // statements per second per process
 	leaderA, followerA []float64     // attempts per second per process (ours)
+	leaderN            string        // the leader's raw count and window
 	err                error
 }
 
@@ -286,6 +287,11 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 			}
 			switch {
 			case a.fields[3] == "1" && b.fields[3] == "1":
+				n := num(b, 1) - num(a, 1)
+				if c.row.db != "postgres" {
+					n = num(b, 2) - num(a, 2)
+				}
+				c.row.leaderN = fmt.Sprintf("%.0f in %.1f s", n, sec)
 				c.row.leader = append(c.row.leader, stmts)
 				c.row.leaderA = append(c.row.leaderA, att)
 			case a.fields[3] == "0" && b.fields[3] == "0":
@@ -352,6 +358,9 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 		return st, err
 	}
 	st.buildTime = time.Since(start)
+	for _, w := range g.alive() {
+		_ = w.cmd.Process.Signal(syscall.SIGUSR1)
+	}
 	var m0, m1 int
 	var c0, all0 float64
 	var t0 time.Time

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"html"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -175,7 +176,7 @@ func (r *report) markdown() string {
 			vals, fvals = l.leaderA, l.followerA
 		}
 		if len(vals) > 0 {
-			lead = fmt.Sprintf("%.3f", vals[0])
+			lead = fmt.Sprintf("%.3f (%s)", vals[0], l.leaderN)
 		}
 		if len(fvals) > 0 {
 			m, lo, hi := fstats(fvals)
@@ -213,7 +214,7 @@ func (r *report) markdown() string {
 	// (5)
 	p("## 5. Scale on one PostgreSQL server")
 	p("")
-	p("Two processes (`bench scale-worker`), each building every flag of the step on one pgxpool (default size), so each flag has one holder and one follower; pairs = processes × flags. Default lease (15 s: renew 5 s, poll 2 s, timeout 3 s). After %v of warm-up, a %v window counts: attempts, statements, errors, lowerings (`OnLower`: a holder that missed its renewal window, or lost the flag), statement latency (client side, pgx tracer) and CPU: of the server processes serving the step's connections (found by `application_name` in `pg_stat_activity`, `/proc/<pid>/stat` utime+stime), of all `postgres` processes on the machine (includes other suites' load), and of the two client processes. A step is sustained when no attempt failed, nothing lowered and every flag had a holder at the start and end of the window; the ramp stops at the first step that is not.", r.opts.scaleWarm, r.opts.scaleMeasure)
+	p("Two processes (`bench scale-worker`), each building every flag of the step on one pgxpool (default size), so each flag has one holder and one follower; pairs = processes × flags. Default lease (15 s: renew 5 s, poll 2 s, timeout 3 s). After %v of warm-up, a %v window counts: attempts, statements, errors, lowerings (`OnLower`: a holder that missed its renewal window, or lost the flag), statement latency (client side, pgx tracer) and CPU: of the server processes serving the step's connections (found by `application_name` in `pg_stat_activity`, `/proc/<pid>/stat` utime+stime), of all `postgres` processes on the machine (includes other suites' load), and of the two client processes. A step is sustained when no attempt failed, nothing lowered and every flag had a holder at the start and end of the window; the ramp stops at the first step that is not. The client processes run on the same %d cores as the server, so the limit found is this machine's, client work included, not the server's alone; compare the CPU columns.", r.opts.scaleWarm, r.opts.scaleMeasure, runtime.NumCPU())
 	p("")
 	p("| pairs | flags/process | sustained | attempts/s | stmt/s | errors | lowerings | holders start/end | latency p50 / p99 / max | DB CPU (step's backends) | DB CPU (all postgres) | client CPU |")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|")

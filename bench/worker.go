@@ -241,9 +241,10 @@ func workerMain(args []string) {
 }
 
 // scaleWorkerMain builds many flags of our implementation in one process
-// on one Postgres pool, waits -warm, then measures for -measure and prints
-// "M0 <unixnano>" at the start, "M1 <unixnano>" at the end and one RESULT
-// line.
+// on one Postgres pool, prints READY, waits for SIGUSR1, waits -warm, then
+// measures for -measure and prints "M0 <unixnano>" at the start,
+// "M1 <unixnano>" at the end and one RESULT line; it closes its flags and
+// exits on SIGTERM.
 func scaleWorkerMain(args []string) {
 	fs := flag.NewFlagSet("scale-worker", flag.ExitOnError)
 	dsn := fs.String("dsn", "", "postgres DSN")
@@ -290,7 +291,15 @@ func scaleWorkerMain(args []string) {
 	if err, ok := buildErr.Load().(error); ok {
 		fatal(err)
 	}
+	// The coordinator starts every process's warm-up at once (SIGUSR1)
+	// and lets them close their flags only after all have measured
+	// (SIGTERM), so no process's window sees another's release.
+	start := make(chan os.Signal, 1)
+	signal.Notify(start, syscall.SIGUSR1)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
 	emit("READY")
+	<-start
 	time.Sleep(*warm)
 
 	count := func() int {
@@ -323,6 +332,7 @@ func scaleWorkerMain(args []string) {
 	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 	emit("RESULT %d %d %d %d %d %d %d %d %d %d %.3f", *n, a1-a0, s1-s0, e1-e0, l1-l0, r0, r1,
 		p50.Microseconds(), p99.Microseconds(), pmax.Microseconds(), cpu/t1.Sub(t0).Seconds())
+	<-term
 	for _, f := range flags {
 		f.Close()
 	}
