@@ -232,7 +232,9 @@ func (r *report) markdown() string {
 	if len(r.scale) > 0 {
 		last := r.scale[len(r.scale)-1]
 		p("")
-		if last.ok {
+		if last.ok && r.scaleErr != nil {
+			p("The last step sustained is %d pairs; the next step failed (above), so it counts as not sustained.", last.pairs)
+		} else if last.ok {
 			p("Every step measured was sustained; the largest is %d pairs. The limit lies above it and was not reached in this run.", last.pairs)
 		} else {
 			p("The first step not sustained is %d pairs.", last.pairs)
