@@ -153,8 +153,18 @@ func (g *group) ensure(n int, timeout time.Duration) error {
 	if allReady() {
 		return nil
 	}
-	if !g.pump(timeout, func(event) bool { return allReady() }) {
+	var died *worker
+	if !g.pump(timeout, func(ev event) bool {
+		if ev.kind == "EXIT" && !ev.w.ready {
+			died = ev.w
+			return true
+		}
+		return allReady()
+	}) {
 		return fmt.Errorf("%s: workers not ready after %v", g.sub, timeout)
+	}
+	if died != nil {
+		return fmt.Errorf("%s %d exited before it was ready (its error is on stderr)", g.sub, died.id)
 	}
 	return nil
 }
