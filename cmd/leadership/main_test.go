@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -377,5 +380,47 @@ func TestMigrate(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
 	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
 		t.Fatalf("migrate = %d %q %q", code, out, errs)
+	}
+}
+
+// TestRestartAndMetrics: with --restart, an evicted leader stops its
+// command, waits, leads again and restarts it; --metrics-addr serves the
+// flag's state.
+func TestRestartAndMetrics(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	r := startRun(t, dsn, name, marks, "--restart", "--metrics-addr", addr)
+	waitFor(t, 10*time.Second, "the command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+
+	var body string
+	waitFor(t, 10*time.Second, "/metrics shows the raised flag", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, `leadership_flag_state{name="`+name+`"`) && strings.Contains(body, "} 1\n")
+	})
+
+	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 {
+		t.Fatalf("release = %d, %q, %q", code, out, errs)
+	}
+	waitFor(t, 15*time.Second, "the command restarts after the eviction", func() bool { return len(starts(readMarks(t, marks))) == 2 })
+	s := starts(readMarks(t, marks))
+	if s[0].ppid != r.cmd.Process.Pid || s[1].ppid != r.cmd.Process.Pid || s[0].pid == s[1].pid {
+		t.Fatalf("starts %+v: want two commands, both of run %d", s, r.cmd.Process.Pid)
+	}
+	select {
+	case <-r.exited:
+		t.Fatalf("leadership run --restart exited %d after the eviction", r.cmd.ProcessState.ExitCode())
+	default:
 	}
 }
