@@ -21,8 +21,9 @@ const (
 	// renewal.
 	DefaultLease = 15 * time.Second
 	// DefaultMaxPollInterval caps the default poll interval of followers,
-	// which is Lease/3 but at most this. Set [FlagBuilder.PollInterval] to
-	// change it.
+	// which is Lease/3 but at most this, unless the store notifies
+	// releases across processes ([CrossProcessNotifier]). Set
+	// [FlagBuilder.PollInterval] to change it.
 	DefaultMaxPollInterval = 2 * time.Second
 )
 
@@ -84,7 +85,10 @@ func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.renewInter
 // PollInterval bounds how long a follower waits between attempts, so it
 // notices a release quickly even without a push notification. Followers
 // otherwise schedule their attempt for the holder's expiry. Optional;
-// default Lease/3, at most [DefaultMaxPollInterval].
+// default Lease/3, at most [DefaultMaxPollInterval] unless the store
+// notifies releases to other processes ([CrossProcessNotifier], as the
+// postgres store does): there a release wakes followers at once, so the
+// poll only covers a broken notification path and stays at Lease/3.
 func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.pollInterval = d; return b }
 
 // Timeout bounds each database call (acquire, renew, release). Optional;
@@ -207,7 +211,7 @@ func (b *FlagBuilder) config() (config, error) {
 		}
 	}
 	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
-	defaultTo(&c.pollInterval, min(c.lease/3, DefaultMaxPollInterval), "PollInterval")
+	defaultTo(&c.pollInterval, defaultPollInterval(c.store, c.lease), "PollInterval")
 	defaultTo(&c.timeout, c.lease/5, "Timeout")
 	defaultTo(&c.safetyMargin, c.lease/10, "SafetyMargin")
 	if !b.jitterSet {
@@ -226,6 +230,15 @@ func (b *FlagBuilder) config() (config, error) {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	return c, errors.Join(errs...)
+}
+
+// defaultPollInterval is Lease/3, capped at [DefaultMaxPollInterval]
+// unless the store notifies releases to other processes.
+func defaultPollInterval(store Store, lease time.Duration) time.Duration {
+	if n, ok := store.(CrossProcessNotifier); ok && n.NotifiesOtherProcesses() {
+		return lease / 3
+	}
+	return min(lease/3, DefaultMaxPollInterval)
 }
 
 // defaultProcess names this process: hostname, pid and a random suffix.

@@ -54,7 +54,9 @@
 //   - Failover after about one lease. Followers schedule their next attempt
 //     for the holder's expiry by the database clock (plus Jitter) and poll at
 //     least every PollInterval, so a crashed holder is replaced about one
-//     lease after its last renewal.
+//     lease after its last renewal. PollInterval is Lease/3 by default,
+//     capped at 2 s unless the store notifies releases to every process
+//     ([CrossProcessNotifier]: postgres).
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
@@ -147,6 +149,7 @@
 //
 // Logs go to the [log/slog] logger given with [FlagBuilder.Logger] (none by
 // default) with the keys "flag", "process", "holder" and "version": Debug
-// for routine renewals, Info for raise, lower and release, Warn for failed
-// attempts.
+// for the effective settings at Build ("flag starting": lease, intervals,
+// timeout, margin, jitter) and for routine renewals, Info for raise, lower
+// and release, Warn for failed attempts.
 package leadership

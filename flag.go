@@ -77,9 +77,15 @@ func newFlag(c config, m *metrics) *Flag {
 // loop. On error nothing is left running.
 func (f *Flag) start(ctx context.Context) error {
 	f.loopCtx, f.loopCancel = context.WithCancel(context.WithoutCancel(ctx))
-	if n, ok := f.c.store.(ReleaseNotifier); ok {
+	n, notifies := f.c.store.(ReleaseNotifier)
+	if notifies {
 		f.wake, f.stopNotify = n.NotifyReleases(f.c.name)
 	}
+	f.log.LogAttrs(ctx, slog.LevelDebug, "flag starting",
+		slog.Duration("lease", f.c.lease), slog.Duration("renew_interval", f.c.renewInterval),
+		slog.Duration("poll_interval", f.c.pollInterval), slog.Duration("timeout", f.c.timeout),
+		slog.Duration("safety_margin", f.c.safetyMargin), slog.Duration("jitter", f.c.jitter),
+		slog.Bool("release_notifications", notifies))
 	first, err := f.attemptWith(ctx)
 	if err != nil {
 		f.loopCancel()

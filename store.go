@@ -87,6 +87,21 @@ type ReleaseNotifier interface {
 	NotifyReleases(name string) (<-chan struct{}, func())
 }
 
+// CrossProcessNotifier is implemented by a [ReleaseNotifier] whose
+// notifications can reach the flags of every process sharing the database,
+// not only those of the same Store value (the postgres store: LISTEN/NOTIFY).
+// When NotifiesOtherProcesses reports true, followers need not poll for a
+// graceful release, so the default [FlagBuilder.PollInterval] of a flag on
+// that store is Lease/3 without the [DefaultMaxPollInterval] cap. Polling
+// still bounds how late a release is seen while the notification path is
+// broken.
+type CrossProcessNotifier interface {
+	ReleaseNotifier
+	// NotifiesOtherProcesses reports whether a release by any process
+	// sharing the database is notified to this store's subscribers.
+	NotifiesOtherProcesses() bool
+}
+
 // Request asks a [Store] to acquire or renew a flag for a term.
 type Request struct {
 	// Name of the flag (the row's key).

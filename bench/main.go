@@ -64,7 +64,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "run every figure briefly (CI): few rounds, short windows, one scale step")
 	flag.IntVar(&o.rounds, "rounds", 20, "takeovers per crash/graceful figure")
 	flag.DurationVar(&o.lease, "lease", 2*time.Second, "lease (ours) and Interval (peer) for the crash failover figure")
-	flag.DurationVar(&o.gracefulLease, "graceful-lease", 15*time.Second, "our lease for the graceful handover figure (the default lease: poll interval 2 s)")
+	flag.DurationVar(&o.gracefulLease, "graceful-lease", 15*time.Second, "our lease for the graceful handover figure (the default lease: poll interval 5 s on PostgreSQL, 2 s elsewhere)")
 	flag.DurationVar(&o.load, "load", 120*time.Second, "steady-state window of the database load figure")
 	flag.StringVar(&o.scaleSteps, "scale", "1000,2000,4000,8000,16000,24000,32000,48000", "(process, flag) pairs per scale step; stops at the first step that misses")
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")

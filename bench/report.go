@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dbflag/leadership"
 )
 
 type result struct {
@@ -92,7 +94,7 @@ func (r *report) markdown() string {
 	p("")
 	p("How the two flags decide, from their source:")
 	p("")
-	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (Lease/3, at most 2 s), and on PostgreSQL at once on the NOTIFY a release sends. `Close` releases the row.")
+	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (Lease/3; capped at 2 s on MySQL and SQLite, whose releases are not notified to other processes), and on PostgreSQL at once on the NOTIFY a release sends. `Close` releases the row.")
 	p("- peer: every check runs `select now()`, then `select … from leadership_flags`, then an `update` when it holds or takes over (3 statements for the holder, 2 for a follower); checks every Interval/2 ± 20 %%; a follower takes over once the holder's timestamp is older than Interval. `Close` only stops the loop: it neither releases the row nor lowers `Raised()`, and a stalled holder stays raised until its next check.")
 	p("")
 
@@ -125,7 +127,7 @@ func (r *report) markdown() string {
 	// (2)
 	p("## 2. Graceful handover")
 	p("")
-	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (poll interval %v): PostgreSQL hands over by NOTIFY, MySQL and SQLite by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, min(r.opts.gracefulLease/3, 2*time.Second), r.opts.lease)
+	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, MySQL and SQLite by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, r.opts.gracefulLease/3, min(r.opts.gracefulLease/3, leadership.DefaultMaxPollInterval), r.opts.lease)
 	p("")
 	p("| database | flag | handovers | median | min | max |")
 	p("|---|---|---|---|---|---|")
@@ -214,7 +216,7 @@ func (r *report) markdown() string {
 	// (5)
 	p("## 5. Scale on one PostgreSQL server")
 	p("")
-	p("Two processes (`bench scale-worker`), each building every flag of the step on one pgxpool (default size), so each flag has one holder and one follower; pairs = processes × flags. Default lease (15 s: renew 5 s, poll 2 s, timeout 3 s). After %v of warm-up, a %v window counts: attempts, statements, errors, lowerings (`OnLower`: a holder that missed its renewal window, or lost the flag), statement latency (client side, pgx tracer) and CPU: of the server processes serving the step's connections (found by `application_name` in `pg_stat_activity`, `/proc/<pid>/stat` utime+stime), of all `postgres` processes on the machine (includes other suites' load), and of the two client processes. A step is sustained when no attempt failed, nothing lowered and every flag had a holder at the start and end of the window; the ramp stops at the first step that is not. The client processes run on the same %d cores as the server, so the limit found is this machine's, client work included, not the server's alone; compare the CPU columns.", r.opts.scaleWarm, r.opts.scaleMeasure, runtime.NumCPU())
+	p("Two processes (`bench scale-worker`), each building every flag of the step on one pgxpool (default size), so each flag has one holder and one follower; pairs = processes × flags. Default settings (lease 15 s: renew 5 s, poll 5 s, timeout 3 s). After %v of warm-up, a %v window counts: attempts, statements, errors, lowerings (`OnLower`: a holder that missed its renewal window, or lost the flag), statement latency (client side, pgx tracer) and CPU: of the server processes serving the step's connections (found by `application_name` in `pg_stat_activity`, `/proc/<pid>/stat` utime+stime), of all `postgres` processes on the machine (includes other suites' load), and of the two client processes. A step is sustained when no attempt failed, nothing lowered and every flag had a holder at the start and end of the window; the ramp stops at the first step that is not. The client processes run on the same %d cores as the server, so the limit found is this machine's, client work included, not the server's alone; compare the CPU columns.", r.opts.scaleWarm, r.opts.scaleMeasure, runtime.NumCPU())
 	p("")
 	p("| pairs | flags/process | sustained | attempts/s | stmt/s | errors | lowerings | holders start/end | latency p50 / p99 / max | DB CPU (step's backends) | DB CPU (all postgres) | client CPU |")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|")

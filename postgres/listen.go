@@ -42,6 +42,12 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
+// NotifiesOtherProcesses implements [leadership.CrossProcessNotifier]: a
+// release or eviction by any process on this database and schema sends a
+// NOTIFY that this store's listener receives, so followers keep the
+// default poll interval at Lease/3.
+func (s *Store) NotifiesOtherProcesses() bool { return true }
+
 // listen keeps one LISTEN connection until ctx ends, reconnecting with
 // backoff, and wakes the subscribers of each released flag of this schema.
 func (s *Store) listen(ctx context.Context, exited chan<- struct{}) {

@@ -224,6 +224,7 @@ func runFlags(t *testing.T, open Open) {
 			t.Fatalf("a short-lease follower took over %v after the long-lease holder was cut off, before its lease could end", took)
 		}
 	})
+	runDefaults(t, open)
 }
 
 // monitor builds flags, samples them continually and fails the test if

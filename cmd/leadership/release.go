@@ -14,8 +14,8 @@ Eviction keeps the version and clears the holder, so the evicted process's
 next renewal fails and it stops its command. Nobody else can take over
 before the evicted term's expiry by the database clock (at most one lease
 after its last renewal), because the evicted process may still trust its
-term until then: a takeover after "release" takes up to one lease, plus a
-poll interval (at most 2 s by default). A holder that releases by itself
+term until then: a takeover after "release" takes up to one lease, plus
+the follower's jitter (lease/20 by default). A holder that releases by itself
 (leadership run exiting, Flag.Close) hands over at once instead.
 `
 

@@ -121,3 +121,10 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 	return nil, func() {}
 }
+
+// NotifiesOtherProcesses forwards to the wrapped store, so a flag on the
+// wrapper gets the same default poll interval as on the store itself.
+func (s *Store) NotifiesOtherProcesses() bool {
+	n, ok := s.inner.(leadership.CrossProcessNotifier)
+	return ok && n.NotifiesOtherProcesses()
+}
