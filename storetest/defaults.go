@@ -31,20 +31,9 @@ func runDefaults(t *testing.T, open Open) {
 		name := uniqueName(t)
 		build := func(s leadership.Store) *leadership.Flag {
 			t.Helper()
-			if _, _, err := s.Flags(ctx(t)); err != nil { // open the first connection
-				t.Fatalf("Flags before Build: %v", err)
-			}
+			connect(t, s)
 			log := &startLog{}
-			f, err := leadership.NewFlag().Store(s).Name(name).Logger(slog.New(log)).
-				OnRaise(func(context.Context) { mon.check("at raise") }).
-				Migrate(false).Build(ctx(t))
-			if err != nil {
-				t.Fatalf("Build with defaults: %v", err)
-			}
-			t.Cleanup(func() { _ = f.Close() })
-			mon.mu.Lock()
-			mon.flags = append(mon.flags, f)
-			mon.mu.Unlock()
+			f := mon.watch(t, leadership.NewFlag().Store(s).Name(name).Logger(slog.New(log)))
 			if got := log.pollInterval(); got != wantPoll {
 				t.Fatalf("default poll interval = %v, want %v (store notifies other processes: %v)", got, wantPoll, crossProcess)
 			}

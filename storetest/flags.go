@@ -298,23 +298,24 @@ func (m *monitor) raised() int {
 	return n
 }
 
+// build builds a flag on s with the test timings.
 func (m *monitor) build(t *testing.T, s leadership.Store, name string, lease time.Duration) *leadership.Flag {
-	// Open the store's first connection before Build: its first attempt
-	// has only lease/5, which a new connection (TCP, authentication) can
-	// exceed on a loaded machine.
-	if _, _, err := s.Flags(ctx(t)); err != nil {
-		t.Fatalf("Flags before Build: %v", err)
-	}
+	t.Helper()
+	connect(t, s)
 	return m.buildWith(t, leadership.NewFlag().Store(s).Name(name), lease)
 }
 
 // buildWith completes b with the test timings and builds it.
 func (m *monitor) buildWith(t *testing.T, b *leadership.FlagBuilder, lease time.Duration) *leadership.Flag {
 	t.Helper()
-	f, err := b.Lease(lease).PollInterval(min(poll, lease/3)).Timeout(lease / 5).
-		OnRaise(func(context.Context) { m.check("at raise") }).
-		Migrate(false).
-		Build(ctx(t))
+	return m.watch(t, b.Lease(lease).PollInterval(min(poll, lease/3)).Timeout(lease/5))
+}
+
+// watch builds b, checking at its every raise, and samples it from then
+// on; the monitor closes it at the end of the test.
+func (m *monitor) watch(t *testing.T, b *leadership.FlagBuilder) *leadership.Flag {
+	t.Helper()
+	f, err := b.OnRaise(func(context.Context) { m.check("at raise") }).Migrate(false).Build(ctx(t))
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -322,6 +323,16 @@ func (m *monitor) buildWith(t *testing.T, b *leadership.FlagBuilder, lease time.
 	m.flags = append(m.flags, f)
 	m.mu.Unlock()
 	return f
+}
+
+// connect opens the store's first connection before a Build: a flag's
+// first attempt has only its Timeout, which a new connection (TCP,
+// authentication) can exceed on a loaded machine.
+func connect(t *testing.T, s leadership.Store) {
+	t.Helper()
+	if _, _, err := s.Flags(ctx(t)); err != nil {
+		t.Fatalf("Flags before Build: %v", err)
+	}
 }
 
 // waitForLeader waits up to limit for a raised flag other than the
