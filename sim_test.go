@@ -35,7 +35,10 @@ package leadership_test
 // shared by two flags. After the adversary stops, and its last effect
 // (a frozen call or process, a veto, a call hanging in an outage) has
 // ended, some flag must be raised within two leases and one must stay
-// raised for another lease.
+// raised for another lease. Throughout, no store call may begin with a
+// context that Close has already cancelled, reported as a liveness
+// violation too: an attempt after Close can drop the term without
+// releasing it, and the handover then waits a lease.
 //
 // A schedule is a function of its seed: the adversary draws from the seed
 // (one stream for the driver, one per process), the flags' jitter and
@@ -947,6 +950,18 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 			}
 		}()
 	}
+	if ctx.Err() != nil {
+		// The flag's loop makes no attempt once Close has cancelled it
+		// (loop.go; such an attempt, vetoed, dropped the term without
+		// releasing it). Only at the teardown, where every flag closes at
+		// one instant while the others' releases wake it, may a call begin
+		// as its Close cancels the loop.
+		select {
+		case <-s.teardown:
+		default:
+			s.setLiveness(fmt.Sprintf("at %v %s began %s with a context that Close had cancelled", s.since(), p, op))
+		}
+	}
 	if p.state() == stateCrashed {
 		<-s.teardown
 		return zero, errCrashed
@@ -954,9 +969,10 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 	p.thaw()       // a frozen process sends nothing,
 	defer p.thaw() // and sees no reply or error until it thaws
 	if err := ctx.Err(); err != nil {
-		// A flag's loop may make one more attempt with a cancelled context
-		// when Close and a release notification are ready at once (its
-		// select picks either): it must not consume a draw of the adversary.
+		// Cancelled while frozen, or at the teardown: the statement is not
+		// sent, and no draw of the adversary is consumed (at the teardown,
+		// whether the call is cancelled depends on which goroutine ran
+		// first).
 		return zero, err
 	}
 	c := p.plan()
