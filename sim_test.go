@@ -87,33 +87,16 @@ func TestSimulation(t *testing.T) {
 // breaks one rule of the algorithm or one assumption, and the simulation
 // must find a safety violation within a bounded number of schedules.
 func TestSimulationMutants(t *testing.T) {
-	for _, m := range []struct {
-		name string
-		opt  simOptions
-	}{
-		// The trust window counted from the reply instead of the send: a
-		// reply delayed by more than the safety margin lets the holder
-		// trust its term past its expiry.
-		{"trust-from-reply", simOptions{trustFromReply: true}},
-		// Renewal not scoped to the term: the store renews any row whose
-		// holder has the requester's name, so of two flags with the same
-		// process name the second renews the first's term.
-		{"renew-any-term", simOptions{mutant: mutantRenewAnyTerm}},
-		// Expiry not stored on the row: the store judges the holder's
-		// term by the requester's lease, so a process with a short lease
-		// takes over from one with a long lease.
-		{"expiry-by-request-lease", simOptions{mutant: mutantExpiryByRequest}},
-		// Release resets the version: the fencing token goes backwards and
-		// a new term can reuse the identity of an old one.
-		{"release-resets-version", simOptions{mutant: mutantReleaseResets}},
-		// Evict frees the row at once instead of keeping the expiry: the
-		// evicted holder still trusts its term when the next one starts.
-		{"evict-frees-row", simOptions{mutant: mutantEvictFrees}},
-		// The database clock runs faster than the assumed bound.
-		{"db-clock-too-fast", simOptions{mutant: mutantFastClock}},
+	for _, mutant := range []string{
+		mutantTrustFromReply,
+		mutantRenewAnyTerm,
+		mutantExpiryByRequest,
+		mutantReleaseResets,
+		mutantEvictFrees,
+		mutantFastClock,
 	} {
-		t.Run(m.name, func(t *testing.T) {
-			runSimulation(t, "TestSimulationMutants/"+m.name+"$", m.opt, true)
+		t.Run(mutant, func(t *testing.T) {
+			runSimulation(t, "TestSimulationMutants/"+mutant+"$", simOptions{mutant: mutant}, true)
 		})
 	}
 }
@@ -130,8 +113,8 @@ func runSimulation(t *testing.T, run string, opt simOptions, expectViolation boo
 	opt.run = run
 	restoreRand := leadership.SetRandInt64NForTest(simRand)
 	defer restoreRand()
-	if opt.trustFromReply {
-		defer leadership.SetTrustFromReplyForTest(true)()
+	if opt.mutant == mutantTrustFromReply {
+		defer leadership.SetTrustFromReplyForTest()()
 	}
 	replay := func(seed uint64) string { return replayCommand(run, seed) }
 	if s := os.Getenv("LEADERSHIP_SIM_SEED"); s != "" {
@@ -265,11 +248,10 @@ func splitmix(x uint64) uint64 {
 
 // simOptions selects a schedule and, for the mutant tests, what to break.
 type simOptions struct {
-	run            string // the -run pattern that replays the schedule
-	seed           uint64
-	verbose        bool
-	trustFromReply bool
-	mutant         string
+	run     string // the -run pattern that replays the schedule
+	seed    uint64
+	verbose bool
+	mutant  string // one of the mutant constants, or "" for the real algorithm
 }
 
 // simResult is the outcome of one schedule.
@@ -285,13 +267,28 @@ type simResult struct {
 	trace    []string
 }
 
-// Store-side mutants and broken assumptions.
+// The mutants: each breaks one rule of the algorithm or one assumption.
 const (
-	mutantRenewAnyTerm    = "renew-any-term"
+	// The trust window counted from the reply instead of the send (the
+	// flag's own hook, export_test.go): a reply delayed by more than the
+	// safety margin lets the holder trust its term past its expiry.
+	mutantTrustFromReply = "trust-from-reply"
+	// Renewal not scoped to the term: the store renews any row whose
+	// holder has the requester's name, so of two flags with the same
+	// process name the second renews the first's term.
+	mutantRenewAnyTerm = "renew-any-term"
+	// Expiry not stored on the row: the store judges the holder's term by
+	// the requester's lease, so a process with a short lease takes over
+	// from one with a long lease.
 	mutantExpiryByRequest = "expiry-by-request-lease"
-	mutantReleaseResets   = "release-resets-version"
-	mutantEvictFrees      = "evict-frees-row"
-	mutantFastClock       = "db-clock-too-fast"
+	// Release resets the version: the fencing token goes backwards and a
+	// new term can reuse the identity of an old one.
+	mutantReleaseResets = "release-resets-version"
+	// Evict frees the row at once instead of keeping the expiry: the
+	// evicted holder still trusts its term when the next one starts.
+	mutantEvictFrees = "evict-frees-row"
+	// The database clock runs faster than the assumed bound.
+	mutantFastClock = "db-clock-too-fast"
 )
 
 var (
