@@ -936,10 +936,17 @@ func (p *proc) plan() callPlan {
 }
 
 // call runs one store call of p through the adversary. exec runs the
-// statement at the database, atomically, at the instant it is called.
-func call[T any](p *proc, ctx context.Context, op string, exec func(context.Context) (T, error), show func(T, error) (uint64, string), raises func(T) bool) (_ T, err error) {
+// statement at the database, atomically, at the instant it is called; key
+// identifies its outcome for the digest, text describes it for the trace,
+// and raises (if not nil) tells whether the reply can raise the flag.
+func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error), key func(T) uint64, text func(T, error) string, raises func(T) bool) (_ T, err error) {
 	var zero T
 	s := p.s
+	run := func(how string) (T, error) {
+		res, err := exec()
+		s.ran(p, op+how, key(res), func() string { return text(res, err) })
+		return res, err
+	}
 	if s.opt.verbose {
 		defer func() {
 			if err != nil {
@@ -981,9 +988,7 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 			s.late.Go(func() {
 				time.Sleep(c.pre - slept)
 				if down, _ := s.outage(p); !down {
-					res, err := exec(context.Background())
-					key, _ := show(res, err)
-					s.ran(p, op+" after the caller gave up", key, func() string { _, t := show(res, err); return t })
+					_, _ = run(" after the caller gave up")
 				}
 			})
 		}
@@ -999,9 +1004,7 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 	if c.failBefore {
 		return zero, errInjected
 	}
-	res, err := exec(context.Background())
-	key, _ := show(res, err)
-	s.ran(p, op, key, func() string { _, t := show(res, err); return t })
+	res, err := run("")
 	if c.lose {
 		if c.loseHang {
 			<-ctx.Done()
@@ -1049,13 +1052,12 @@ func (ps *procStore) Migrate(ctx context.Context) error { return ps.p.s.store.Mi
 
 func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	return call(ps.p, ctx, "acquire",
-		func(ctx context.Context) (leadership.Result, error) { return ps.p.s.store.Acquire(ctx, req) },
-		func(r leadership.Result, err error) (uint64, string) {
-			key := uint64(r.Version)<<1 | b2u(r.Acquired) ^ uint64(r.ExpiresAt.Sub(r.Now))<<20
-			if !ps.p.s.opt.verbose {
-				return key, ""
-			}
-			return key, fmt.Sprintf("version %d -> acquired %v, holder %q, version %d, expires in %v, error %v",
+		func() (leadership.Result, error) { return ps.p.s.store.Acquire(context.Background(), req) },
+		func(r leadership.Result) uint64 {
+			return uint64(r.Version)<<1 | b2u(r.Acquired) ^ uint64(r.ExpiresAt.Sub(r.Now))<<20
+		},
+		func(r leadership.Result, err error) string {
+			return fmt.Sprintf("version %d -> acquired %v, holder %q, version %d, expires in %v, error %v",
 				req.Version, r.Acquired, r.Holder, r.Version, r.ExpiresAt.Sub(r.Now), err)
 		},
 		func(r leadership.Result) bool { return r.Acquired })
@@ -1063,10 +1065,12 @@ func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leade
 
 func (ps *procStore) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	return call(ps.p, ctx, "release",
-		func(ctx context.Context) (bool, error) { return ps.p.s.store.Release(ctx, name, holder, version) },
-		func(ok bool, err error) (uint64, string) {
-			return uint64(version)<<1 | b2u(ok), fmt.Sprintf("version %d -> released %v, error %v", version, ok, err)
-		}, nil)
+		func() (bool, error) { return ps.p.s.store.Release(context.Background(), name, holder, version) },
+		func(ok bool) uint64 { return uint64(version)<<1 | b2u(ok) },
+		func(ok bool, err error) string {
+			return fmt.Sprintf("version %d -> released %v, error %v", version, ok, err)
+		},
+		nil)
 }
 
 func (ps *procStore) Evict(ctx context.Context, name string) (bool, error) {
