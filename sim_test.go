@@ -771,7 +771,7 @@ type proc struct {
 	name     string
 	lease    time.Duration
 	margin   time.Duration
-	timeout  time.Duration
+	timeout  time.Duration // the flag's Timeout, around which the adversary slows calls
 	noJitter bool
 	notify   bool
 	flag     atomic.Pointer[leadership.Flag]
@@ -840,7 +840,7 @@ func (s *sim) spawn(name string) (twin bool) {
 		store = notifyingProcStore{&procStore{p}}
 	}
 	b := leadership.NewFlag().Store(store).Name(simFlag).Process(name).Lease(lease).
-		SafetyMargin(p.margin).Migrate(false).Precheck(p.precheck)
+		SafetyMargin(p.margin).Timeout(p.timeout).Migrate(false).Precheck(p.precheck)
 	if p.noJitter {
 		b.Jitter(0)
 	}
