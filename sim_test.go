@@ -80,7 +80,7 @@ const (
 // TestSimulation runs the default schedules (or the long mode) and fails
 // on any safety or liveness violation, printing the seed to replay.
 func TestSimulation(t *testing.T) {
-	runSimulation(t, "TestSimulation$", simOptions{}, false)
+	runSimulation(t, simOptions{run: "TestSimulation$"})
 }
 
 // TestSimulationMutants shows that the simulation has teeth: each mutant
@@ -96,7 +96,7 @@ func TestSimulationMutants(t *testing.T) {
 		mutantFastClock,
 	} {
 		t.Run(mutant, func(t *testing.T) {
-			runSimulation(t, "TestSimulationMutants/"+mutant+"$", simOptions{mutant: mutant}, true)
+			runSimulation(t, simOptions{run: "TestSimulationMutants/" + mutant + "$", mutant: mutant})
 		})
 	}
 }
@@ -105,18 +105,17 @@ func TestSimulationMutants(t *testing.T) {
 // test fails.
 const simMutantBudget = 500
 
-// runSimulation runs schedules with opt. Without expectViolation it runs
+// runSimulation runs schedules with opt. For the real algorithm it runs
 // the configured number of schedules on every CPU and fails on any
-// violation; with it, it runs schedules one by one until the first safety
-// violation and fails if none turns up within simMutantBudget.
-func runSimulation(t *testing.T, run string, opt simOptions, expectViolation bool) {
-	opt.run = run
-	restoreRand := leadership.SetRandInt64NForTest(simRand)
-	defer restoreRand()
+// violation; for a mutant, it runs schedules one by one until the first
+// safety violation and fails if none turns up within simMutantBudget.
+func runSimulation(t *testing.T, opt simOptions) {
+	expectViolation := opt.mutant != ""
+	defer leadership.SetRandInt64NForTest(simRand)()
 	if opt.mutant == mutantTrustFromReply {
 		defer leadership.SetTrustFromReplyForTest()()
 	}
-	replay := func(seed uint64) string { return replayCommand(run, seed) }
+	replay := func(seed uint64) string { return replayCommand(opt.run, seed) }
 	if s := os.Getenv("LEADERSHIP_SIM_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
