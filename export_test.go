@@ -12,8 +12,7 @@ func SetRandInt64NForTest(fn func(n int64) int64) (restore func()) {
 
 // SetTrustFromReplyForTest turns on the mutant that counts the trust
 // window from the reply instead of the send.
-func SetTrustFromReplyForTest(on bool) (restore func()) {
-	old := trustFromReply
-	trustFromReply = on
-	return func() { trustFromReply = old }
+func SetTrustFromReplyForTest() (restore func()) {
+	trustFromReply = true
+	return func() { trustFromReply = false }
 }

@@ -35,7 +35,10 @@ package leadership_test
 // shared by two flags. After the adversary stops, and its last effect
 // (a frozen call or process, a veto, a call hanging in an outage) has
 // ended, some flag must be raised within two leases and one must stay
-// raised for another lease.
+// raised for another lease. Throughout, no store call may begin with a
+// context that Close has already cancelled, reported as a liveness
+// violation too: an attempt after Close can drop the term without
+// releasing it, and the handover then waits a lease.
 //
 // A schedule is a function of its seed: the adversary draws from the seed
 // (one stream for the driver, one per process), the flags' jitter and
@@ -77,40 +80,23 @@ const (
 // TestSimulation runs the default schedules (or the long mode) and fails
 // on any safety or liveness violation, printing the seed to replay.
 func TestSimulation(t *testing.T) {
-	runSimulation(t, "TestSimulation$", simOptions{}, false)
+	runSimulation(t, simOptions{run: "TestSimulation$"})
 }
 
 // TestSimulationMutants shows that the simulation has teeth: each mutant
 // breaks one rule of the algorithm or one assumption, and the simulation
 // must find a safety violation within a bounded number of schedules.
 func TestSimulationMutants(t *testing.T) {
-	for _, m := range []struct {
-		name string
-		opt  simOptions
-	}{
-		// The trust window counted from the reply instead of the send: a
-		// reply delayed by more than the safety margin lets the holder
-		// trust its term past its expiry.
-		{"trust-from-reply", simOptions{trustFromReply: true}},
-		// Renewal not scoped to the term: the store renews any row whose
-		// holder has the requester's name, so of two flags with the same
-		// process name the second renews the first's term.
-		{"renew-any-term", simOptions{mutant: mutantRenewAnyTerm}},
-		// Expiry not stored on the row: the store judges the holder's
-		// term by the requester's lease, so a process with a short lease
-		// takes over from one with a long lease.
-		{"expiry-by-request-lease", simOptions{mutant: mutantExpiryByRequest}},
-		// Release resets the version: the fencing token goes backwards and
-		// a new term can reuse the identity of an old one.
-		{"release-resets-version", simOptions{mutant: mutantReleaseResets}},
-		// Evict frees the row at once instead of keeping the expiry: the
-		// evicted holder still trusts its term when the next one starts.
-		{"evict-frees-row", simOptions{mutant: mutantEvictFrees}},
-		// The database clock runs faster than the assumed bound.
-		{"db-clock-too-fast", simOptions{mutant: mutantFastClock}},
+	for _, mutant := range []string{
+		mutantTrustFromReply,
+		mutantRenewAnyTerm,
+		mutantExpiryByRequest,
+		mutantReleaseResets,
+		mutantEvictFrees,
+		mutantFastClock,
 	} {
-		t.Run(m.name, func(t *testing.T) {
-			runSimulation(t, "TestSimulationMutants/"+m.name+"$", m.opt, true)
+		t.Run(mutant, func(t *testing.T) {
+			runSimulation(t, simOptions{run: "TestSimulationMutants/" + mutant + "$", mutant: mutant})
 		})
 	}
 }
@@ -119,18 +105,17 @@ func TestSimulationMutants(t *testing.T) {
 // test fails.
 const simMutantBudget = 500
 
-// runSimulation runs schedules with opt. Without expectViolation it runs
+// runSimulation runs schedules with opt. For the real algorithm it runs
 // the configured number of schedules on every CPU and fails on any
-// violation; with it, it runs schedules one by one until the first safety
-// violation and fails if none turns up within simMutantBudget.
-func runSimulation(t *testing.T, run string, opt simOptions, expectViolation bool) {
-	opt.run = run
-	restoreRand := leadership.SetRandInt64NForTest(simRand)
-	defer restoreRand()
-	if opt.trustFromReply {
-		defer leadership.SetTrustFromReplyForTest(true)()
+// violation; for a mutant, it runs schedules one by one until the first
+// safety violation and fails if none turns up within simMutantBudget.
+func runSimulation(t *testing.T, opt simOptions) {
+	expectViolation := opt.mutant != ""
+	defer leadership.SetRandInt64NForTest(simRand)()
+	if opt.mutant == mutantTrustFromReply {
+		defer leadership.SetTrustFromReplyForTest()()
 	}
-	replay := func(seed uint64) string { return replayCommand(run, seed) }
+	replay := func(seed uint64) string { return replayCommand(opt.run, seed) }
 	if s := os.Getenv("LEADERSHIP_SIM_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -262,11 +247,10 @@ func splitmix(x uint64) uint64 {
 
 // simOptions selects a schedule and, for the mutant tests, what to break.
 type simOptions struct {
-	run            string // the -run pattern that replays the schedule
-	seed           uint64
-	verbose        bool
-	trustFromReply bool
-	mutant         string
+	run     string // the -run pattern that replays the schedule
+	seed    uint64
+	verbose bool
+	mutant  string // one of the mutant constants, or "" for the real algorithm
 }
 
 // simResult is the outcome of one schedule.
@@ -282,13 +266,28 @@ type simResult struct {
 	trace    []string
 }
 
-// Store-side mutants and broken assumptions.
+// The mutants: each breaks one rule of the algorithm or one assumption.
 const (
-	mutantRenewAnyTerm    = "renew-any-term"
+	// The trust window counted from the reply instead of the send (the
+	// flag's own hook, export_test.go): a reply delayed by more than the
+	// safety margin lets the holder trust its term past its expiry.
+	mutantTrustFromReply = "trust-from-reply"
+	// Renewal not scoped to the term: the store renews any row whose
+	// holder has the requester's name, so of two flags with the same
+	// process name the second renews the first's term.
+	mutantRenewAnyTerm = "renew-any-term"
+	// Expiry not stored on the row: the store judges the holder's term by
+	// the requester's lease, so a process with a short lease takes over
+	// from one with a long lease.
 	mutantExpiryByRequest = "expiry-by-request-lease"
-	mutantReleaseResets   = "release-resets-version"
-	mutantEvictFrees      = "evict-frees-row"
-	mutantFastClock       = "db-clock-too-fast"
+	// Release resets the version: the fencing token goes backwards and a
+	// new term can reuse the identity of an old one.
+	mutantReleaseResets = "release-resets-version"
+	// Evict frees the row at once instead of keeping the expiry: the
+	// evicted holder still trusts its term when the next one starts.
+	mutantEvictFrees = "evict-frees-row"
+	// The database clock runs faster than the assumed bound.
+	mutantFastClock = "db-clock-too-fast"
 )
 
 var (
@@ -771,7 +770,7 @@ type proc struct {
 	name     string
 	lease    time.Duration
 	margin   time.Duration
-	timeout  time.Duration
+	timeout  time.Duration // the flag's Timeout, around which the adversary slows calls
 	noJitter bool
 	notify   bool
 	flag     atomic.Pointer[leadership.Flag]
@@ -840,7 +839,7 @@ func (s *sim) spawn(name string) (twin bool) {
 		store = notifyingProcStore{&procStore{p}}
 	}
 	b := leadership.NewFlag().Store(store).Name(simFlag).Process(name).Lease(lease).
-		SafetyMargin(p.margin).Migrate(false).Precheck(p.precheck)
+		SafetyMargin(p.margin).Timeout(p.timeout).Migrate(false).Precheck(p.precheck)
 	if p.noJitter {
 		b.Jitter(0)
 	}
@@ -936,16 +935,35 @@ func (p *proc) plan() callPlan {
 }
 
 // call runs one store call of p through the adversary. exec runs the
-// statement at the database, atomically, at the instant it is called.
-func call[T any](p *proc, ctx context.Context, op string, exec func(context.Context) (T, error), show func(T, error) (uint64, string), raises func(T) bool) (_ T, err error) {
+// statement at the database, atomically, at the instant it is called; key
+// identifies its outcome for the digest, text describes it for the trace,
+// and raises (if not nil) tells whether the reply can raise the flag.
+func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error), key func(T) uint64, text func(T, error) string, raises func(T) bool) (_ T, err error) {
 	var zero T
 	s := p.s
+	run := func(how string) (T, error) {
+		res, err := exec()
+		s.ran(p, op+how, key(res), func() string { return text(res, err) })
+		return res, err
+	}
 	if s.opt.verbose {
 		defer func() {
 			if err != nil {
 				s.logf("%s %s returns %v", p, op, err)
 			}
 		}()
+	}
+	if ctx.Err() != nil {
+		// The flag's loop makes no attempt once Close has cancelled it
+		// (loop.go; such an attempt, vetoed, dropped the term without
+		// releasing it). Only at the teardown, where every flag closes at
+		// one instant while the others' releases wake it, may a call begin
+		// as its Close cancels the loop.
+		select {
+		case <-s.teardown:
+		default:
+			s.setLiveness(fmt.Sprintf("at %v %s began %s with a context that Close had cancelled", s.since(), p, op))
+		}
 	}
 	if p.state() == stateCrashed {
 		<-s.teardown
@@ -954,9 +972,10 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 	p.thaw()       // a frozen process sends nothing,
 	defer p.thaw() // and sees no reply or error until it thaws
 	if err := ctx.Err(); err != nil {
-		// A flag's loop may make one more attempt with a cancelled context
-		// when Close and a release notification are ready at once (its
-		// select picks either): it must not consume a draw of the adversary.
+		// Cancelled while frozen, or at the teardown: the statement is not
+		// sent, and no draw of the adversary is consumed (at the teardown,
+		// whether the call is cancelled depends on which goroutine ran
+		// first).
 		return zero, err
 	}
 	c := p.plan()
@@ -968,9 +987,7 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 			s.late.Go(func() {
 				time.Sleep(c.pre - slept)
 				if down, _ := s.outage(p); !down {
-					res, err := exec(context.Background())
-					key, _ := show(res, err)
-					s.ran(p, op+" after the caller gave up", key, func() string { _, t := show(res, err); return t })
+					_, _ = run(" after the caller gave up")
 				}
 			})
 		}
@@ -986,9 +1003,7 @@ func call[T any](p *proc, ctx context.Context, op string, exec func(context.Cont
 	if c.failBefore {
 		return zero, errInjected
 	}
-	res, err := exec(context.Background())
-	key, _ := show(res, err)
-	s.ran(p, op, key, func() string { _, t := show(res, err); return t })
+	res, err := run("")
 	if c.lose {
 		if c.loseHang {
 			<-ctx.Done()
@@ -1036,13 +1051,12 @@ func (ps *procStore) Migrate(ctx context.Context) error { return ps.p.s.store.Mi
 
 func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	return call(ps.p, ctx, "acquire",
-		func(ctx context.Context) (leadership.Result, error) { return ps.p.s.store.Acquire(ctx, req) },
-		func(r leadership.Result, err error) (uint64, string) {
-			key := uint64(r.Version)<<1 | b2u(r.Acquired) ^ uint64(r.ExpiresAt.Sub(r.Now))<<20
-			if !ps.p.s.opt.verbose {
-				return key, ""
-			}
-			return key, fmt.Sprintf("version %d -> acquired %v, holder %q, version %d, expires in %v, error %v",
+		func() (leadership.Result, error) { return ps.p.s.store.Acquire(context.Background(), req) },
+		func(r leadership.Result) uint64 {
+			return uint64(r.Version)<<1 | b2u(r.Acquired) ^ uint64(r.ExpiresAt.Sub(r.Now))<<20
+		},
+		func(r leadership.Result, err error) string {
+			return fmt.Sprintf("version %d -> acquired %v, holder %q, version %d, expires in %v, error %v",
 				req.Version, r.Acquired, r.Holder, r.Version, r.ExpiresAt.Sub(r.Now), err)
 		},
 		func(r leadership.Result) bool { return r.Acquired })
@@ -1050,10 +1064,12 @@ func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leade
 
 func (ps *procStore) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	return call(ps.p, ctx, "release",
-		func(ctx context.Context) (bool, error) { return ps.p.s.store.Release(ctx, name, holder, version) },
-		func(ok bool, err error) (uint64, string) {
-			return uint64(version)<<1 | b2u(ok), fmt.Sprintf("version %d -> released %v, error %v", version, ok, err)
-		}, nil)
+		func() (bool, error) { return ps.p.s.store.Release(context.Background(), name, holder, version) },
+		func(ok bool) uint64 { return uint64(version)<<1 | b2u(ok) },
+		func(ok bool, err error) string {
+			return fmt.Sprintf("version %d -> released %v, error %v", version, ok, err)
+		},
+		nil)
 }
 
 func (ps *procStore) Evict(ctx context.Context, name string) (bool, error) {
