@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/dbflag/leadership"
 )
 
 type result struct {
@@ -121,7 +119,7 @@ func (r *report) markdown() string {
 	// (2)
 	p("## 2. Graceful handover")
 	p("")
-	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, MySQL and SQLite by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, r.opts.gracefulLease/3, min(r.opts.gracefulLease/3, leadership.DefaultMaxPollInterval), r.opts.lease)
+	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, MySQL and SQLite by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
 	p("")
 	head("database", "flag", "handovers", "median", "min", "max")
 	for _, c := range r.graceful {
@@ -163,16 +161,11 @@ func (r *report) markdown() string {
 			continue
 		}
 		lead, fol := "none observed", "none observed"
-		vals := l.leader
-		fvals := l.followers
-		if l.db != "postgres" {
-			vals, fvals = l.leaderA, l.followerA
+		if len(l.leader) > 0 {
+			lead = fmt.Sprintf("%.3f (%s)", l.leader[0], l.leaderN)
 		}
-		if len(vals) > 0 {
-			lead = fmt.Sprintf("%.3f (%s)", vals[0], l.leaderN)
-		}
-		if len(fvals) > 0 {
-			m, lo, hi := spread(fvals)
+		if len(l.followers) > 0 {
+			m, lo, hi := spread(l.followers)
 			fol = fmt.Sprintf("%.3f (%.3f, %.3f)", m, lo, hi)
 		}
 		p("| %s | %s | %s | %.2f s | %s | %s |", l.db, implName(l.impl), l.settings, l.worst.Seconds(), lead, fol)
