@@ -27,8 +27,6 @@ import (
 	"github.com/dbflag/leadership/sqlite"
 )
 
-func testingInit() { testing.Init() }
-
 // loadavg is the first three fields of /proc/loadavg.
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -224,9 +222,8 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 	worst := lease + lease/20 // ours: expiry + at most one jitter
 	peerInterval := time.Duration(float64(worst) / 1.6)
 	type cfg struct {
-		row  loadRow
-		g    *group
-		poll time.Duration
+		row loadRow
+		g   *group
 	}
 	var cfgs []*cfg
 	for _, t := range targets {
@@ -238,7 +235,7 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 		if t.kind == "postgres" {
 			capped := min(lease/3, leadership.DefaultMaxPollInterval)
 			c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
-				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}, poll: capped}
+				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}}
 			c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours-poll", lease, capped, 10*time.Millisecond))
 			cfgs = append(cfgs, c)
 			c = &cfg{row: loadRow{db: t.kind, impl: "peer", worst: time.Duration(1.6 * float64(peerInterval)),
@@ -326,7 +323,6 @@ type scaleStep struct {
 	clientCPU                float64 // cores, both processes
 	ok                       bool
 	backends                 int
-	buildTime                time.Duration
 }
 
 // scaleFigure ramps (process, flag) pairs on PostgreSQL at the default
@@ -360,11 +356,9 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 			"-flags", strconv.Itoa(st.flagsPerProc), "-warm", o.scaleWarm.String(), "-measure", o.scaleMeasure.String()}
 	})
 	defer g.stopAll()
-	start := time.Now()
 	if err := g.ensure(procs, 10*time.Minute); err != nil {
 		return st, err
 	}
-	st.buildTime = time.Since(start)
 	for _, w := range g.alive() {
 		_ = w.cmd.Process.Signal(syscall.SIGUSR1)
 	}
@@ -564,14 +558,7 @@ func stallFigure(t target, impl, runID string, lease time.Duration, rounds int, 
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	var ds []time.Duration
 	for range rounds {
-		if err := g.ensure(3, 60*time.Second); err != nil {
-			return ds, err
-		}
-		if _, err := g.waitHolder(4 * lease); err != nil {
-			return ds, err
-		}
-		g.pump(time.Duration(float64(lease)*(0.2+rnd.Float64())), nil)
-		h, err := g.waitHolder(4 * lease)
+		h, err := g.holderAfter(3, lease, 4*lease, rnd.Float64)
 		if err != nil {
 			return ds, err
 		}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -70,7 +71,7 @@ func main() {
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
-	testingInit()
+	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
 	if o.quick {
 		o.rounds = 2
