@@ -12,9 +12,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +101,9 @@ type target struct {
 	version string
 }
 
+// mysqlURL turns a go-sql-driver DSN (user:pass@tcp(host:port)/db, the
+// form of LEADERSHIP_TEST_MYSQL_DSN) into the mysql:// form storeopen
+// reads, escaping the user and password.
 func mysqlURL(dsn string) (string, error) {
 	if dsn == "" || strings.HasPrefix(dsn, "mysql://") {
 		return dsn, nil
@@ -107,11 +112,11 @@ func mysqlURL(dsn string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mysql DSN: %v", err)
 	}
-	u := "mysql://" + cfg.User
+	user := url.User(cfg.User)
 	if cfg.Passwd != "" {
-		u += ":" + cfg.Passwd
+		user = url.UserPassword(cfg.User, cfg.Passwd)
 	}
-	return u + "@" + cfg.Addr + "/" + cfg.DBName, nil
+	return (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String(), nil
 }
 
 func logf(format string, args ...any) {
@@ -302,7 +307,8 @@ func ensurePeerSchema(ctx context.Context, dsn string) error {
 	}
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+peerSchema)
-	if err != nil && strings.Contains(err.Error(), "23505") {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) && state.SQLState() == "23505" {
 		err = nil // created concurrently
 	}
 	return err
