@@ -88,7 +88,7 @@ func scenarioKill(t *testing.T, c *cluster) {
 			c.record("term", took)
 			c.start("", 0)
 		default:
-			at := mono()
+			at := Mono()
 			c.signal(holder, syscall.SIGSTOP)
 			_, took := c.waitLeader(crashBound, at, holder)
 			c.record("stop", took)
@@ -106,7 +106,7 @@ func scenarioStop(t *testing.T, c *cluster) {
 		c.start("", 0)
 	}
 	holder := c.leader()
-	at := mono()
+	at := Mono()
 	c.signal(holder, syscall.SIGSTOP)
 	next, took := c.waitLeader(crashBound, at, holder)
 	c.record("stop", took)

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dbflag/leadership/internal/storeopen"
 )
 
@@ -53,15 +51,6 @@ func buildWorker(dir string) (string, error) {
 		return "", fmt.Errorf("go build ./worker: %v\n%s", err, out)
 	}
 	return bin, nil
-}
-
-// mono reads CLOCK_MONOTONIC, the clock the workers report in.
-func mono() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
 }
 
 // cluster runs worker processes competing for one flag and checks their
@@ -272,10 +261,10 @@ func (c *cluster) signal(id string, sig syscall.Signal) {
 func (c *cluster) kill(id string) int64 {
 	c.t.Helper()
 	w := c.worker(id)
-	at := mono()
+	at := Mono()
 	_ = w.cmd.Process.Signal(syscall.SIGKILL)
 	<-w.done
-	dead := mono()
+	dead := Mono()
 	c.mu.Lock()
 	c.killed[id] = dead
 	c.mu.Unlock()
@@ -287,7 +276,7 @@ func (c *cluster) kill(id string) int64 {
 func (c *cluster) term(id string) int64 {
 	c.t.Helper()
 	w := c.worker(id)
-	at := mono()
+	at := Mono()
 	c.signal(id, syscall.SIGTERM)
 	select {
 	case <-w.done:
@@ -306,7 +295,7 @@ func (c *cluster) term(id string) int64 {
 // or the checker would rightly extend its open run to the kill.
 func (c *cluster) resume(id string) {
 	c.t.Helper()
-	resumed := mono() // before SIGCONT: the worker may sample before signal returns
+	resumed := Mono() // before SIGCONT: the worker may sample before signal returns
 	c.signal(id, syscall.SIGCONT)
 	for deadline := time.Now().Add(slack); ; time.Sleep(time.Millisecond) {
 		rep := c.worker(id).report()
