@@ -190,6 +190,17 @@ func (c *cluster) worker(id string) *worker {
 	return c.workers[id]
 }
 
+// reports returns what every worker, live or not, has reported so far.
+func (c *cluster) reports() map[string]Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reps := make(map[string]Report, len(c.workers))
+	for id, w := range c.workers {
+		reps[id] = w.report()
+	}
+	return reps
+}
+
 // raisedSince returns a live worker not in exclude whose report shows an
 // open run of true observations that started at or after since, and that
 // start.
@@ -321,11 +332,10 @@ func (c *cluster) finish() {
 			c.kill(id)
 		}
 	}
-	reports := map[string]Report{}
+	reports := c.reports()
 	raises := 0
-	for id, w := range ws {
-		reports[id] = w.report()
-		raises += len(reports[id].Intervals)
+	for _, rep := range reports {
+		raises += len(rep.Intervals)
 	}
 	overlaps := Overlaps(Spans(reports, c.killed))
 	found := len(overlaps)
