@@ -27,8 +27,6 @@ import (
 	"github.com/dbflag/leadership/sqlite"
 )
 
-func testingInit() { testing.Init() }
-
 // loadavg is the first three fields of /proc/loadavg.
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -198,10 +196,20 @@ func rootBenchmark(benchtime string) string {
 type loadRow struct {
 	db, impl, settings string
 	worst              time.Duration // worst-case crash failover, from the source
-	leader, followers  []float64     // statements per second per process
-	leaderA, followerA []float64     // attempts per second per process (ours)
+	leader, followers  []float64     // per second per process: statements on PostgreSQL, our attempts elsewhere
 	leaderN            string        // the leader's raw count and window
 	err                error
+}
+
+// defaultPoll is our flag's default PollInterval at lease on a database of
+// kind, as the builder chooses it: Lease/3, capped at
+// DefaultMaxPollInterval except on PostgreSQL, whose NOTIFY of a release
+// reaches every process.
+func defaultPoll(kind string, lease time.Duration) time.Duration {
+	if kind == "postgres" {
+		return lease / 3
+	}
+	return min(lease/3, leadership.DefaultMaxPollInterval)
 }
 
 // loadFigure runs three processes per configuration, all configurations
@@ -214,25 +222,20 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 	worst := lease + lease/20 // ours: expiry + at most one jitter
 	peerInterval := time.Duration(float64(worst) / 1.6)
 	type cfg struct {
-		row  loadRow
-		g    *group
-		poll time.Duration
+		row loadRow
+		g   *group
 	}
 	var cfgs []*cfg
 	for _, t := range targets {
 		name := fmt.Sprintf("lbench-%s-load-%s", runID, t.kind)
-		defaultPoll := min(lease/3, leadership.DefaultMaxPollInterval)
-		if t.kind == "postgres" { // its NOTIFY reaches every process: no cap
-			defaultPoll = lease / 3
-		}
 		c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
-			settings: fmt.Sprintf("Lease %v (defaults: renew %v, poll %v, jitter %v)", lease, lease/3, defaultPoll, lease/20)}}
+			settings: fmt.Sprintf("Lease %v (defaults: renew %v, poll %v, jitter %v)", lease, lease/3, defaultPoll(t.kind, lease), lease/20)}}
 		c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours", lease, 0, 10*time.Millisecond))
 		cfgs = append(cfgs, c)
 		if t.kind == "postgres" {
 			capped := min(lease/3, leadership.DefaultMaxPollInterval)
 			c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
-				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}, poll: capped}
+				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}}
 			c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours-poll", lease, capped, 10*time.Millisecond))
 			cfgs = append(cfgs, c)
 			c = &cfg{row: loadRow{db: t.kind, impl: "peer", worst: time.Duration(1.6 * float64(peerInterval)),
@@ -284,24 +287,20 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 				continue
 			}
 			sec := b.t.Sub(a.t).Seconds()
-			num := func(e *event, i int) float64 { v, _ := strconv.ParseFloat(e.fields[i], 64); return v }
-			stmts := (num(b, 1) - num(a, 1)) / sec
-			att := (num(b, 2) - num(a, 2)) / sec
-			if num(a, 2) < 0 {
-				att = -1
+			// Stats line: S <unixnano> <statements> <attempts> <raised>.
+			// Count statements on PostgreSQL, our attempts elsewhere.
+			i := 1
+			if c.row.db != "postgres" {
+				i = 2
 			}
+			num := func(e *event) float64 { v, _ := strconv.ParseFloat(e.fields[i], 64); return v }
+			n := num(b) - num(a)
 			switch {
 			case a.fields[3] == "1" && b.fields[3] == "1":
-				n := num(b, 1) - num(a, 1)
-				if c.row.db != "postgres" {
-					n = num(b, 2) - num(a, 2)
-				}
 				c.row.leaderN = fmt.Sprintf("%.0f in %.1f s", n, sec)
-				c.row.leader = append(c.row.leader, stmts)
-				c.row.leaderA = append(c.row.leaderA, att)
+				c.row.leader = append(c.row.leader, n/sec)
 			case a.fields[3] == "0" && b.fields[3] == "0":
-				c.row.followers = append(c.row.followers, stmts)
-				c.row.followerA = append(c.row.followerA, att)
+				c.row.followers = append(c.row.followers, n/sec)
 			}
 		}
 	}
@@ -324,7 +323,6 @@ type scaleStep struct {
 	clientCPU                float64 // cores, both processes
 	ok                       bool
 	backends                 int
-	buildTime                time.Duration
 }
 
 // scaleFigure ramps (process, flag) pairs on PostgreSQL at the default
@@ -358,11 +356,9 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 			"-flags", strconv.Itoa(st.flagsPerProc), "-warm", o.scaleWarm.String(), "-measure", o.scaleMeasure.String()}
 	})
 	defer g.stopAll()
-	start := time.Now()
 	if err := g.ensure(procs, 10*time.Minute); err != nil {
 		return st, err
 	}
-	st.buildTime = time.Since(start)
 	for _, w := range g.alive() {
 		_ = w.cmd.Process.Signal(syscall.SIGUSR1)
 	}
@@ -562,14 +558,7 @@ func stallFigure(t target, impl, runID string, lease time.Duration, rounds int, 
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	var ds []time.Duration
 	for range rounds {
-		if err := g.ensure(3, 60*time.Second); err != nil {
-			return ds, err
-		}
-		if _, err := g.waitHolder(4 * lease); err != nil {
-			return ds, err
-		}
-		g.pump(time.Duration(float64(lease)*(0.2+rnd.Float64())), nil)
-		h, err := g.waitHolder(4 * lease)
+		h, err := g.holderAfter(3, lease, 4*lease, rnd.Float64)
 		if err != nil {
 			return ds, err
 		}

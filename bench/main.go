@@ -12,13 +12,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -70,7 +73,7 @@ func main() {
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
-	testingInit()
+	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
 	if o.quick {
 		o.rounds = 2
@@ -98,6 +101,9 @@ type target struct {
 	version string
 }
 
+// mysqlURL turns a go-sql-driver DSN (user:pass@tcp(host:port)/db, the
+// form of LEADERSHIP_TEST_MYSQL_DSN) into the mysql:// form storeopen
+// reads, escaping the user and password.
 func mysqlURL(dsn string) (string, error) {
 	if dsn == "" || strings.HasPrefix(dsn, "mysql://") {
 		return dsn, nil
@@ -106,11 +112,11 @@ func mysqlURL(dsn string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mysql DSN: %v", err)
 	}
-	u := "mysql://" + cfg.User
+	user := url.User(cfg.User)
 	if cfg.Passwd != "" {
-		u += ":" + cfg.Passwd
+		user = url.UserPassword(cfg.User, cfg.Passwd)
 	}
-	return u + "@" + cfg.Addr + "/" + cfg.DBName, nil
+	return (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String(), nil
 }
 
 func logf(format string, args ...any) {
@@ -301,7 +307,8 @@ func ensurePeerSchema(ctx context.Context, dsn string) error {
 	}
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+peerSchema)
-	if err != nil && strings.Contains(err.Error(), "23505") {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) && state.SQLState() == "23505" {
 		err = nil // created concurrently
 	}
 	return err

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -231,20 +230,28 @@ func (g *group) takeover(h *worker, sig syscall.Signal, timeout time.Duration) (
 	return t1.Sub(t0), nil
 }
 
+// holderAfter spawns workers until k are alive and ready, waits for a
+// holder, lets a random 0.2 to 1.2 × phase pass so that what the caller
+// does next falls anywhere in the holder's renewal cycle, and returns the
+// holder then.
+func (g *group) holderAfter(k int, phase, timeout time.Duration, rnd func() float64) (*worker, error) {
+	if err := g.ensure(k, 60*time.Second); err != nil {
+		return nil, err
+	}
+	if _, err := g.waitHolder(timeout); err != nil {
+		return nil, err
+	}
+	g.pump(time.Duration(float64(phase)*(0.2+rnd())), nil)
+	return g.waitHolder(timeout)
+}
+
 // rounds runs n takeovers with k processes: wait for a holder, wait a
 // random part of phase so that the signal falls anywhere in the renewal
 // cycle, signal it, measure, replace it.
 func (g *group) rounds(n, k int, sig syscall.Signal, phase, timeout time.Duration, rnd func() float64) ([]time.Duration, error) {
 	var ds []time.Duration
 	for range n {
-		if err := g.ensure(k, 60*time.Second); err != nil {
-			return ds, err
-		}
-		if _, err := g.waitHolder(timeout); err != nil {
-			return ds, err
-		}
-		g.pump(time.Duration(float64(phase)*(0.2+rnd())), nil)
-		h, err := g.waitHolder(timeout)
+		h, err := g.holderAfter(k, phase, timeout, rnd)
 		if err != nil {
 			return ds, err
 		}
@@ -270,8 +277,6 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
-
-func sortDurations(s []time.Duration) { slices.Sort(s) }
 
 // procCPU returns user+system CPU seconds of a process from /proc.
 func procCPU(pid int) (float64, bool) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,6 @@ import (
 	peer "github.com/openshift-online/ocm-sdk-go/leadership"
 	"github.com/openshift-online/ocm-sdk-go/logging"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
@@ -126,7 +126,7 @@ func attempts(reg *prometheus.Registry) (n, errs int64) {
 		for _, m := range mf.GetMetric() {
 			switch mf.GetName() {
 			case "leadership_flag_attempt_duration_seconds":
-				n += int64(histCount(m))
+				n += int64(m.GetHistogram().GetSampleCount())
 			case "leadership_flag_errors_total":
 				errs += int64(m.GetCounter().GetValue())
 			}
@@ -134,8 +134,6 @@ func attempts(reg *prometheus.Registry) (n, errs int64) {
 	}
 	return n, errs
 }
-
-func histCount(m *dto.Metric) uint64 { return m.GetHistogram().GetSampleCount() }
 
 // workerMain runs one process holding or following one flag. It prints
 // "READY", then "R <unixnano>" / "L <unixnano>" whenever Raised() changes
@@ -345,8 +343,7 @@ func percentiles(l []time.Duration) (p50, p99, pmax time.Duration) {
 	if len(l) == 0 {
 		return
 	}
-	s := append([]time.Duration(nil), l...)
-	sortDurations(s)
+	s := slices.Sorted(slices.Values(l))
 	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)], s[len(s)-1]
 }
 

@@ -31,24 +31,17 @@ func rounds(t *testing.T) int {
 	return n
 }
 
-// TestChaosSQLite runs the scenarios on one SQLite file shared by the
+// TestChaosSQLite runs the process faults on one SQLite file shared by the
 // worker processes. There is no server to restart or network to cut.
 func TestChaosSQLite(t *testing.T) {
-	dsn := func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") }
-	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, dsn(t))) })
-	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, dsn(t))) })
-	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, dsn(t))) })
-	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, dsn(t))) })
+	processFaults(t, func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") })
 }
 
 // TestChaosPostgres runs the scenarios on PostgreSQL: the shared server for
 // process faults, a TCP proxy for the network, a private server to restart.
 func TestChaosPostgres(t *testing.T) {
 	db := postgresDB(t)
-	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, db.dsn)) })
-	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, db.dsn)) })
-	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, db.dsn)) })
-	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, db.dsn)) })
+	processFaults(t, func(*testing.T) string { return db.dsn })
 	t.Run("Network", func(t *testing.T) { scenarioNetwork(t, db) })
 	t.Run("Restart", func(t *testing.T) { scenarioRestart(t, startPrivatePostgres(t)) })
 }
@@ -56,12 +49,19 @@ func TestChaosPostgres(t *testing.T) {
 // TestChaosMariaDB is TestChaosPostgres on MariaDB (or MySQL).
 func TestChaosMariaDB(t *testing.T) {
 	db := mysqlDB(t)
-	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, db.dsn)) })
-	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, db.dsn)) })
-	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, db.dsn)) })
-	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, db.dsn)) })
+	processFaults(t, func(*testing.T) string { return db.dsn })
 	t.Run("Network", func(t *testing.T) { scenarioNetwork(t, db) })
 	t.Run("Restart", func(t *testing.T) { scenarioRestart(t, startPrivateMariaDB(t)) })
+}
+
+// processFaults runs the scenarios every database runs, those that fault
+// the worker processes and their clocks, each on a new cluster on the
+// store dsn names for the subtest.
+func processFaults(t *testing.T, dsn func(*testing.T) string) {
+	t.Run("Kill", func(t *testing.T) { scenarioKill(t, newCluster(t, dsn(t))) })
+	t.Run("Stop", func(t *testing.T) { scenarioStop(t, newCluster(t, dsn(t))) })
+	t.Run("Term", func(t *testing.T) { scenarioTerm(t, newCluster(t, dsn(t))) })
+	t.Run("Clock", func(t *testing.T) { scenarioClock(t, newCluster(t, dsn(t))) })
 }
 
 // scenarioKill SIGKILLs the holder again and again among three workers,
@@ -88,7 +88,7 @@ func scenarioKill(t *testing.T, c *cluster) {
 			c.record("term", took)
 			c.start("", 0)
 		default:
-			at := mono()
+			at := Mono()
 			c.signal(holder, syscall.SIGSTOP)
 			_, took := c.waitLeader(crashBound, at, holder)
 			c.record("stop", took)
@@ -106,7 +106,7 @@ func scenarioStop(t *testing.T, c *cluster) {
 		c.start("", 0)
 	}
 	holder := c.leader()
-	at := mono()
+	at := Mono()
 	c.signal(holder, syscall.SIGSTOP)
 	next, took := c.waitLeader(crashBound, at, holder)
 	c.record("stop", took)
@@ -140,9 +140,9 @@ func TestChaosHarnessDetectsTwoLeaders(t *testing.T) {
 	migrate(t, other)
 	c := newCluster(t, "sqlite:"+filepath.Join(t.TempDir(), "flags.db"))
 	c.wantOverlap = true
-	c.start("", 0)
+	first := c.start("", 0)
 	c.leader()
 	c.start(other, 0)
-	c.waitLeader(lease+slack, 0, "w1")
+	c.waitLeader(lease+slack, 0, first)
 	time.Sleep(100 * time.Millisecond)
 }

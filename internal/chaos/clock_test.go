@@ -52,7 +52,7 @@ func scenarioClock(t *testing.T, c *cluster) {
 		c.record("kill", took)
 	}
 	a2 := c.start("", offset, prefix...)
-	at = mono()
+	at = Mono()
 	c.signal(b, syscall.SIGSTOP)
 	got, took := c.waitLeader(crashBound, at, b)
 	if got != a2 {

@@ -9,14 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dbflag/leadership/internal/storeopen"
 )
@@ -55,15 +54,6 @@ func buildWorker(dir string) (string, error) {
 	return bin, nil
 }
 
-// mono reads CLOCK_MONOTONIC, the clock the workers report in.
-func mono() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
-}
-
 // cluster runs worker processes competing for one flag and checks their
 // reports when the test ends.
 type cluster struct {
@@ -75,11 +65,11 @@ type cluster struct {
 	workers map[string]*worker
 	killed  map[string]int64 // process -> CLOCK_MONOTONIC just after it died
 	seq     int
-	// Figures printed at the end.
-	takeovers int
 	// wantOverlap inverts the check, for the test of the harness itself.
 	wantOverlap bool
-	failovers   map[string][]time.Duration // by fault
+	// failovers are the takeovers forced by faults: how long after each
+	// fault the next leader raised, by fault. Printed at the end.
+	failovers map[string][]time.Duration
 }
 
 type worker struct {
@@ -91,12 +81,6 @@ type worker struct {
 	errOut bytes.Buffer
 	done   chan struct{} // closed when the process has exited
 	err    error
-}
-
-func (w *worker) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.Write(p)
 }
 
 // report parses what the worker wrote so far, in our clock.
@@ -166,7 +150,7 @@ func (c *cluster) start(dsn string, offset int64, prefix ...string) string {
 	args := append(prefix, workerBin, "-dsn", dsn, "-name", c.name, "-lease", lease.String(), "-poll", poll.String())
 	w := &worker{id: id, offset: offset, done: make(chan struct{})}
 	w.cmd = exec.Command(args[0], args[1:]...)
-	w.cmd.Stdout = w
+	w.cmd.Stdout = &lockedWriter{mu: &w.mu, w: &w.out}
 	w.cmd.Stderr = &lockedWriter{mu: &w.mu, w: &w.errOut}
 	if err := w.cmd.Start(); err != nil {
 		c.t.Fatalf("start worker: %v", err)
@@ -177,7 +161,7 @@ func (c *cluster) start(dsn string, offset int64, prefix ...string) string {
 	c.mu.Unlock()
 	for deadline := time.Now().Add(45 * time.Second); !w.report().Ready; time.Sleep(5 * time.Millisecond) {
 		if w.exited() || time.Now().After(deadline) {
-			c.t.Fatalf("worker %s did not build its flag: %v; stderr: %s", id, w.err, c.stderr(w))
+			c.t.Fatalf("worker %s did not build its flag: %v; stderr: %s", id, w.err, w.stderr())
 		}
 	}
 	return id
@@ -194,7 +178,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func (c *cluster) stderr(w *worker) string {
+func (w *worker) stderr() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.errOut.String()
@@ -204,6 +188,17 @@ func (c *cluster) worker(id string) *worker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.workers[id]
+}
+
+// reports returns what every worker, live or not, has reported so far.
+func (c *cluster) reports() map[string]Report {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reps := make(map[string]Report, len(c.workers))
+	for id, w := range c.workers {
+		reps[id] = w.report()
+	}
+	return reps
 }
 
 // raisedSince returns a live worker not in exclude whose report shows an
@@ -217,14 +212,8 @@ func (c *cluster) raisedSince(since int64, exclude ...string) (string, int64) {
 	}
 	c.mu.Unlock()
 	sort.Slice(ws, func(i, j int) bool { return ws[i].id < ws[j].id })
-next:
 	for _, w := range ws {
-		for _, x := range exclude {
-			if w.id == x {
-				continue next
-			}
-		}
-		if w.exited() {
+		if slices.Contains(exclude, w.id) || w.exited() {
 			continue
 		}
 		rep := w.report()
@@ -272,10 +261,10 @@ func (c *cluster) signal(id string, sig syscall.Signal) {
 func (c *cluster) kill(id string) int64 {
 	c.t.Helper()
 	w := c.worker(id)
-	at := mono()
+	at := Mono()
 	_ = w.cmd.Process.Signal(syscall.SIGKILL)
 	<-w.done
-	dead := mono()
+	dead := Mono()
 	c.mu.Lock()
 	c.killed[id] = dead
 	c.mu.Unlock()
@@ -287,7 +276,7 @@ func (c *cluster) kill(id string) int64 {
 func (c *cluster) term(id string) int64 {
 	c.t.Helper()
 	w := c.worker(id)
-	at := mono()
+	at := Mono()
 	c.signal(id, syscall.SIGTERM)
 	select {
 	case <-w.done:
@@ -295,7 +284,7 @@ func (c *cluster) term(id string) int64 {
 		c.t.Fatalf("worker %s did not exit 10 s after SIGTERM", id)
 	}
 	if w.err != nil {
-		c.t.Errorf("worker %s exited with %v: %s", id, w.err, c.stderr(w))
+		c.t.Errorf("worker %s exited with %v: %s", id, w.err, w.stderr())
 	}
 	return at
 }
@@ -306,7 +295,7 @@ func (c *cluster) term(id string) int64 {
 // or the checker would rightly extend its open run to the kill.
 func (c *cluster) resume(id string) {
 	c.t.Helper()
-	resumed := mono() // before SIGCONT: the worker may sample before signal returns
+	resumed := Mono() // before SIGCONT: the worker may sample before signal returns
 	c.signal(id, syscall.SIGCONT)
 	for deadline := time.Now().Add(slack); ; time.Sleep(time.Millisecond) {
 		rep := c.worker(id).report()
@@ -328,7 +317,6 @@ func (c *cluster) resume(id string) {
 func (c *cluster) record(fault string, d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.takeovers++
 	c.failovers[fault] = append(c.failovers[fault], d)
 }
 
@@ -344,11 +332,10 @@ func (c *cluster) finish() {
 			c.kill(id)
 		}
 	}
-	reports := map[string]Report{}
+	reports := c.reports()
 	raises := 0
-	for id, w := range ws {
-		reports[id] = w.report()
-		raises += len(reports[id].Intervals)
+	for _, rep := range reports {
+		raises += len(rep.Intervals)
 	}
 	overlaps := Overlaps(Spans(reports, c.killed))
 	found := len(overlaps)
@@ -365,11 +352,13 @@ func (c *cluster) finish() {
 		}
 		c.t.Errorf("SAFETY VIOLATION: %v", o)
 	}
-	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, c.takeovers, found)
+	takeovers := 0
 	faults := make([]string, 0, len(c.failovers))
-	for f := range c.failovers {
+	for f, ds := range c.failovers {
+		takeovers += len(ds)
 		faults = append(faults, f)
 	}
+	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, takeovers, found)
 	sort.Strings(faults)
 	for _, f := range faults {
 		c.t.Logf("  new leader after %s: %s", f, summarize(c.failovers[f]))

@@ -8,8 +8,9 @@
 //
 // Every worker samples Raised() about every millisecond and reports each
 // run of true observations as an interval of CLOCK_MONOTONIC nanoseconds,
-// a clock all processes of the machine share. This package holds the
-// worker's report format ([ParseReport]) and the checker ([Overlaps]);
-// the scenarios are its tests: go test -run Chaos ./internal/chaos/, and
-// LEADERSHIP_CHAOS_LONG=1 for the long mode.
+// a clock all processes of the machine share. This package holds that
+// clock ([Mono]), the worker's report format ([ParseReport]) and the
+// checker ([Overlaps]); the scenarios are its tests:
+// go test -run Chaos ./internal/chaos/, and LEADERSHIP_CHAOS_LONG=1 for
+// the long mode.
 package chaos

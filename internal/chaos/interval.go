@@ -2,13 +2,27 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// Mono reads CLOCK_MONOTONIC in nanoseconds: the clock of the reports,
+// which the workers and the test read alike and every process of the
+// machine shares (outside a time namespace of its own).
+func Mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
 
 // StallGap is the longest gap between the last true observation of a run
 // and the first false one that still counts as continuous sampling. A
@@ -149,8 +163,8 @@ type Span struct {
 	Start, End int64
 }
 
-// Spans turns reports into spans: killedAt gives, for each process that
-// was killed, when (CLOCK_MONOTONIC ns).
+// Spans turns reports into spans, in no particular order: killedAt gives,
+// for each process that was killed, when (CLOCK_MONOTONIC ns).
 func Spans(reports map[string]Report, killedAt map[string]int64) []Span {
 	var out []Span
 	for p, rep := range reports {
@@ -158,7 +172,6 @@ func Spans(reports map[string]Report, killedAt map[string]int64) []Span {
 			out = append(out, Span{Process: p, Start: iv.Start, End: iv.End(killedAt[p])})
 		}
 	}
-	slices.SortFunc(out, func(a, b Span) int { return cmpInt(a.Start, b.Start) })
 	return out
 }
 
@@ -174,7 +187,7 @@ func (o Overlap) String() string {
 // intersect (closed intervals). Spans of one process never count.
 func Overlaps(spans []Span) []Overlap {
 	s := slices.Clone(spans)
-	slices.SortFunc(s, func(a, b Span) int { return cmpInt(a.Start, b.Start) })
+	slices.SortFunc(s, func(a, b Span) int { return cmp.Compare(a.Start, b.Start) })
 	var out []Overlap
 	for i := range s {
 		for j := i + 1; j < len(s) && s[j].Start <= s[i].End; j++ {
@@ -184,14 +197,4 @@ func Overlaps(spans []Span) []Overlap {
 		}
 	}
 	return out
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

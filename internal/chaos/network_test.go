@@ -60,7 +60,7 @@ func scenarioNetwork(t *testing.T, db database) {
 	}
 	b, d := c.start("", 0), c.start("", 0)
 
-	at := mono()
+	at := Mono()
 	px.toxic("timeout", `{"timeout":0}`) // a black hole until cleared
 	next, took := c.waitLeader(crashBound, at, a)
 	c.record("partition", took)
@@ -79,7 +79,7 @@ func scenarioNetwork(t *testing.T, db database) {
 	// Latency: each call takes 2 × 300 ms, longer than the 200 ms timeout,
 	// so a's renewals fail and its trust window runs out.
 	e := c.start("", 0)
-	at = mono()
+	at = Mono()
 	px.toxic("latency", fmt.Sprintf(`{"latency":%d}`, (3*lease/10).Milliseconds()))
 	next, took = c.waitLeader(crashBound, at, a)
 	if next != e {

@@ -24,7 +24,6 @@ import (
 // tests are never touched. Without the binaries, the test is skipped, or
 // fails under LEADERSHIP_TEST_REQUIRE_DB=1.
 type privateServer struct {
-	t    *testing.T
 	dsn  string
 	stop func() // crash the server (no clean shutdown)
 	run  func() // start it again
@@ -52,7 +51,7 @@ func startPrivatePostgres(t *testing.T) *privateServer {
 	data, port := filepath.Join(dir, "data"), freePort(t)
 	runAs(t, cred, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", port, dir)
-	s := &privateServer{t: t, dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
+	s := &privateServer{dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
 	s.run = func() {
 		runAs(t, cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start")
 	}
@@ -85,7 +84,7 @@ func startPrivateMariaDB(t *testing.T) *privateServer {
 	runAs(t, nil, installDB, append(args, "--auth-root-authentication-method=normal", "--skip-test-db")...)
 	var proc *exec.Cmd
 	var exited chan struct{}
-	s := &privateServer{t: t, dsn: fmt.Sprintf("mysql://root@127.0.0.1:%d/leadership", port)}
+	s := &privateServer{dsn: fmt.Sprintf("mysql://root@127.0.0.1:%d/leadership", port)}
 	s.run = func() {
 		proc = command(cred, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
 			"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin",

@@ -28,9 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/chaos"
 	"github.com/dbflag/leadership/internal/storeopen"
 )
 
@@ -47,15 +46,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
-}
-
-// mono reads CLOCK_MONOTONIC, the clock all processes of the machine share.
-func mono() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
-	}
-	return ts.Nano()
 }
 
 // emit writes one report line with a single write.
@@ -105,7 +95,7 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 			// The worker stops observing here: its run ends now. Close
 			// lowers the flag before it releases the row, so no other
 			// process can raise before this instant.
-			stopped := mono()
+			stopped := chaos.Mono()
 			err := f.Close()
 			if f.Raised() {
 				return fmt.Errorf("Raised() true after Close")
@@ -116,9 +106,9 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 			return err
 		case <-tick.C:
 		}
-		t0 := mono()
+		t0 := chaos.Mono()
 		up := f.Raised()
-		t1 := mono()
+		t1 := chaos.Mono()
 		switch {
 		case up && start == 0:
 			start, lastTrue = t0, t1
