@@ -109,12 +109,17 @@ type benchResult struct {
 // in this process, five times each: ours on the in-memory store (Raised
 // never touches the store), the peer on PostgreSQL (it needs one to
 // build).
+// raisedReps is how many times each Raised() benchmark runs.
+func raisedReps(o options) int {
+	if o.quick {
+		return 2
+	}
+	return 5
+}
+
 func raisedBenchmarks(ctx context.Context, o options, pg *target, runID string) []benchResult {
 	_ = flag.Set("test.benchtime", o.benchtime)
-	reps := 5
-	if o.quick {
-		reps = 2
-	}
+	reps := raisedReps(o)
 	run := func(name string, raised func() bool) []benchResult {
 		serial := benchResult{name: name + " serial"}
 		par := benchResult{name: name + fmt.Sprintf(" parallel (%d goroutines)", runtime.GOMAXPROCS(0))}

@@ -175,7 +175,7 @@ func (r *report) markdown() string {
 	// (4)
 	p("## 4. `Raised()` cost")
 	p("")
-	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, 5 repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL.", r.opts.benchtime)
+	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, %d repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL.", r.opts.benchtime, raisedReps(r.opts))
 	p("")
 	head("benchmark", "ns/op median", "min", "max", "allocs/op")
 	for _, br := range r.raised {
@@ -235,7 +235,7 @@ func (r *report) markdown() string {
 		tl := r.timeline
 		p("![timeline](docs/timeline.svg)")
 		p("")
-		p("Our flag on %s, lease %v, four processes over time: a crash (SIGKILL of the holder), a stall (SIGSTOP of the next holder, SIGCONT after another took over) and a graceful handover (SIGTERM → `Close`). Green: `Raised()` true, as reported by the process. Grey: the process was stopped and could not report; by the trust-window rule its `Raised()` turned false no later than Lease − SafetyMargin after its last renewal was sent, before anyone else could take over.", tl.db, tl.lease)
+		p("Our flag on %s, lease %v, four processes over time: a crash (SIGKILL of the holder), a stall (SIGSTOP of the next holder, SIGCONT after another took over) and a graceful handover (SIGTERM → `Close`). Green: `Raised()` true, as reported by the process. Hatched: the process was stopped and could not report; by the trust-window rule its `Raised()` turned false no later than Lease − SafetyMargin after its last renewal was sent, before anyone else could take over.", tl.db, tl.lease)
 		p("")
 		for _, n := range tl.notes {
 			p("- %s", n)
