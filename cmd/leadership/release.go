@@ -22,16 +22,16 @@ the follower's jitter (lease/20 by default). A holder that releases by itself
 func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlagSet("release", "release [flags] NAME", releaseExamples, stderr, &c)
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		return report(stderr, fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()), exitUsage)
 	}
 	name := fs.Arg(0)
-	store, code, ok := c.openChecked(ctx, stderr)
-	if !ok {
-		return code
+	store, err := c.openChecked(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
 	}
 	defer store.Close()
 	records, now, err := store.Store.Flags(ctx)

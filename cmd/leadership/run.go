@@ -60,8 +60,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.wait, "wait", 0, "wait at most this long for leadership, then exit 0 (default: as long as it takes)")
 	fs.BoolVar(&o.restart, "restart", false, "when leadership is lost, stop the command, wait to lead again and start it again, instead of exiting 75")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (for example :9090) while running")
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	child := fs.Args()
 	if err := o.check(child); err != nil {
