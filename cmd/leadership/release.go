@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
+
+	"github.com/dbflag/leadership"
 )
 
 const releaseExamples = `  leadership release nightly
@@ -38,26 +41,21 @@ func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return report(stderr, err, exitUnavailable)
 	}
-	found := false
-	for _, r := range records {
-		if r.Name != name {
-			continue
-		}
-		found = true
-		evicted, err := store.Store.Evict(ctx, name)
-		if err != nil {
-			return report(stderr, err, exitFailure)
-		}
-		if !evicted || r.Holder == "" {
-			fmt.Fprintf(stdout, "%s was not held\n", name)
-			return exitOK
-		}
-		wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
-		fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
-			r.Holder, name, r.Version, wait)
-	}
-	if !found {
+	i := slices.IndexFunc(records, func(r leadership.Record) bool { return r.Name == name })
+	if i < 0 {
 		return report(stderr, fmt.Errorf("no flag named %q (see leadership status)", name), exitFailure)
 	}
+	r := records[i]
+	evicted, err := store.Store.Evict(ctx, name)
+	if err != nil {
+		return report(stderr, err, exitFailure)
+	}
+	if !evicted || r.Holder == "" {
+		fmt.Fprintf(stdout, "%s was not held\n", name)
+		return exitOK
+	}
+	wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
+	fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
+		r.Holder, name, r.Version, wait)
 	return exitOK
 }
