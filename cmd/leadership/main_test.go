@@ -21,7 +21,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/storeopen"
 	"github.com/dbflag/leadership/internal/testdb"
 )
 
@@ -47,7 +46,7 @@ func TestMain(m *testing.M) {
 // databases returns the DSNs the end-to-end tests run on: a SQLite file of
 // the test's own, and PostgreSQL and MariaDB/MySQL as the store tests find
 // them.
-func databases(t *testing.T) map[string]func(t *testing.T) string {
+func databases() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") },
 		"postgres": func(t *testing.T) string { return testdb.Postgres(t) },
@@ -181,7 +180,7 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // within about a lease; SIGTERM stops it and hands over; eviction stops it
 // before any other starts.
 func TestRunEndToEnd(t *testing.T) {
-	for db, dsnOf := range databases(t) {
+	for db, dsnOf := range databases() {
 		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			dsn, name := dsnOf(t), uniqueName(t)
@@ -291,23 +290,19 @@ func TestChildStatusPassesThrough(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	o, err := storeopen.Open(context.Background(), "sqlite:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	s := testdb.SQLite(t, path)
 	ctx := context.Background()
-	if err := o.Store.Migrate(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Store.Acquire(ctx, leadership.Request{Name: "held", Holder: "host-a", Lease: time.Hour}); err != nil {
+	if _, err := s.Acquire(ctx, leadership.Request{Name: "held", Holder: "host-a", Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := o.Store.Acquire(ctx, leadership.Request{Name: "free", Holder: "host-b", Lease: time.Hour})
+	r, err := s.Acquire(ctx, leadership.Request{Name: "free", Holder: "host-b", Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Store.Release(ctx, "free", "host-b", r.Version); err != nil {
+	if _, err := s.Release(ctx, "free", "host-b", r.Version); err != nil {
 		t.Fatal(err)
 	}
 
