@@ -19,7 +19,8 @@ before the evicted term's expiry by the database clock (at most one lease
 after its last renewal), because the evicted process may still trust its
 term until then: a takeover after "release" takes up to one lease, plus
 the follower's jitter (lease/20 by default). A holder that releases by itself
-(leadership run exiting, Flag.Close) hands over at once instead.
+(leadership run exiting, Flag.Close) hands over at the follower's next
+attempt instead, without waiting for the expiry.
 `
 
 func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
