@@ -45,24 +45,17 @@ func newFlagSet(name, synopsis, examples string, stderr io.Writer, c *common) *f
 	return fs
 }
 
-// parse parses args into fs and reports a usage error, or flag.ErrHelp
-// after printing help.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+// parse parses args into fs. When it fails, the flag package has printed
+// why (or the help), and ok is false with the exit code: 0 for --help, else
+// exitUsage.
+func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	switch err := fs.Parse(args); {
+	case err == nil:
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK, false
 	}
-	return nil
-}
-
-// exitForParse turns a parse error into an exit code.
-func exitForParse(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	return exitUsage
+	return exitUsage, false
 }
 
 // logger builds the stderr logger the flags ask for.
@@ -94,16 +87,13 @@ func (c *common) open(ctx context.Context) (*storeopen.Opened, error) {
 }
 
 // openChecked checks the logging flags and opens the store for status,
-// release and migrate; on failure it reports and returns the exit code.
-func (c *common) openChecked(ctx context.Context, stderr io.Writer) (*storeopen.Opened, int, bool) {
-	if _, err := c.logger(stderr); err != nil {
-		return nil, report(stderr, err, exitUsage), false
+// release and migrate, which do not log; its errors are usage errors or
+// the database's.
+func (c *common) openChecked(ctx context.Context) (*storeopen.Opened, error) {
+	if _, err := c.logger(io.Discard); err != nil {
+		return nil, err
 	}
-	store, err := c.open(ctx)
-	if err != nil {
-		return nil, report(stderr, err, exitUnavailable), false
-	}
-	return store, exitOK, true
+	return c.open(ctx)
 }
 
 // report prints err and returns the exit code for it: usage errors get

@@ -49,9 +49,12 @@ func TestLogFormats(t *testing.T) {
 	}
 
 	code, out, errs = cli(t, "run", "--dsn", dsn, "--name", "logs", "--log-format", "text",
-		"--", "sh", "-c", "echo from-the-command")
+		"--", "sh", "-c", "echo from-the-command; echo to-stderr >&2")
 	if code != 0 || out != "from-the-command\n" {
 		t.Fatalf("text run: exit %d, stdout %q; stderr:\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "\nto-stderr\n") {
+		t.Errorf("the command's stderr line is not passed through on a line of its own; stderr:\n%s", errs)
 	}
 	if !strings.Contains(errs, `level=INFO msg="flag raised" flag=logs`) {
 		t.Errorf("text log lacks the raise record in key=value form; stderr:\n%s", errs)

@@ -73,7 +73,7 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
 		stop() // run handles its signals itself: it forwards them to the child
-		return runCommand(rest, stdout, stderr)
+		return runCommand(rest, stderr)
 	case "status":
 		return statusCommand(ctx, rest, stdout, stderr)
 	case "release":

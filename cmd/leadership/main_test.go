@@ -21,7 +21,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/storeopen"
 	"github.com/dbflag/leadership/internal/testdb"
 )
 
@@ -47,7 +46,7 @@ func TestMain(m *testing.M) {
 // databases returns the DSNs the end-to-end tests run on: a SQLite file of
 // the test's own, and PostgreSQL and MariaDB/MySQL as the store tests find
 // them.
-func databases(t *testing.T) map[string]func(t *testing.T) string {
+func databases() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") },
 		"postgres": func(t *testing.T) string { return testdb.Postgres(t) },
@@ -70,10 +69,17 @@ func uniqueName(t *testing.T) string {
 // stderr.
 func cli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return cliIn(t, "", "", args...)
+}
+
+// cliIn is cli in the directory dir (the test's own if ""), with
+// LEADERSHIP_DSN set to envDSN.
+func cliIn(t *testing.T, dir, envDSN string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.Env = append(os.Environ(), "LEADERSHIP_DSN=")
+	cmd.Stdout, cmd.Stderr, cmd.Dir = &out, &errb, dir
+	cmd.Env = append(os.Environ(), "LEADERSHIP_DSN="+envDSN)
 	err := cmd.Run()
 	if err != nil && cmd.ProcessState == nil {
 		t.Fatal(err)
@@ -142,10 +148,18 @@ type runner struct {
 	exited chan struct{}
 }
 
+// startRun starts `leadership run` of childScript with a 2 s lease and a
+// 300 ms grace period, plus the extra flags.
 func startRun(t *testing.T, dsn, name, marks string, extra ...string) *runner {
 	t.Helper()
+	return startRunScript(t, dsn, name, marks, childScript, extra...)
+}
+
+// startRunScript is startRun with another shell script as the command.
+func startRunScript(t *testing.T, dsn, name, marks, script string, extra ...string) *runner {
+	t.Helper()
 	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "2s", "--grace", "300ms"}, extra...)
-	args = append(args, "--", "sh", "-c", childScript)
+	args = append(args, "--", "sh", "-c", script)
 	r := &runner{cmd: exec.Command(bin, args...), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "MARKS="+marks)
 	r.cmd.Stderr = r.stderr
@@ -181,7 +195,7 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // within about a lease; SIGTERM stops it and hands over; eviction stops it
 // before any other starts.
 func TestRunEndToEnd(t *testing.T) {
-	for db, dsnOf := range databases(t) {
+	for db, dsnOf := range databases() {
 		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			dsn, name := dsnOf(t), uniqueName(t)
@@ -229,6 +243,7 @@ func TestRunEndToEnd(t *testing.T) {
 
 			// Eviction: the evicted leader stops its command (exit 75)
 			// before the fourth process starts its own.
+			released := time.Now()
 			if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 || !strings.Contains(out, "evicted") {
 				t.Fatalf("release = %d, %q, %q", code, out, errs)
 			}
@@ -247,6 +262,11 @@ func TestRunEndToEnd(t *testing.T) {
 				t.Fatalf("evicted command stopped at %v, next started at %v: want the stop first", stopAt, startAt)
 			}
 			t.Logf("%s: after eviction the old command stopped %v before the new one started", db, startAt.Sub(stopAt).Round(time.Millisecond))
+			// The README promises the takeover within one lease (2 s) plus
+			// jitter; twice the lease leaves room for a loaded machine.
+			if took := startAt.Sub(released); took > 4*time.Second {
+				t.Fatalf("the next command started %v after release, want within about one lease (2s)", took)
+			}
 		})
 	}
 }
@@ -281,33 +301,40 @@ func TestChildStatusPassesThrough(t *testing.T) {
 	if code, _, _ := cli(t, "run", "--dsn", dsn, "--name", "missing", "--", "/no/such/command"); code != 127 {
 		t.Fatalf("missing command: exit code %d, want 127", code)
 	}
+	notExecutable := filepath.Join(t.TempDir(), "job")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := cli(t, "run", "--dsn", dsn, "--name", "missing", "--", notExecutable); code != 126 {
+		t.Fatalf("command that cannot be executed: exit code %d, want 126", code)
+	}
 	// The command gets the fencing token, and the flag was released: the
-	// next run gets a larger token at once.
+	// next run gets a larger token at once, not after the 15 s lease.
+	begin := time.Now()
 	code, out, _ := cli(t, "run", "--dsn", dsn, "--name", "exit7", "--", "sh", "-c", `echo "$LEADERSHIP_NAME $LEADERSHIP_TOKEN"`)
 	if code != 0 || strings.TrimSpace(out) != "exit7 2" {
 		t.Fatalf("got %d %q, want 0 and \"exit7 2\"", code, out)
+	}
+	if took := time.Since(begin); took > leadership.DefaultLease/2 {
+		t.Fatalf("the next run took %v: the flag was not released when the command exited", took)
 	}
 }
 
 func TestStatus(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "flags.db")
-	o, err := storeopen.Open(context.Background(), "sqlite:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
+	s := testdb.SQLite(t, path)
 	ctx := context.Background()
-	if err := o.Store.Migrate(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Store.Acquire(ctx, leadership.Request{Name: "held", Holder: "host-a", Lease: time.Hour}); err != nil {
+	if _, err := s.Acquire(ctx, leadership.Request{Name: "held", Holder: "host-a", Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := o.Store.Acquire(ctx, leadership.Request{Name: "free", Holder: "host-b", Lease: time.Hour})
+	r, err := s.Acquire(ctx, leadership.Request{Name: "free", Holder: "host-b", Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Store.Release(ctx, "free", "host-b", r.Version); err != nil {
+	if _, err := s.Release(ctx, "free", "host-b", r.Version); err != nil {
 		t.Fatal(err)
 	}
 
@@ -357,6 +384,8 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"release", "--dsn", dsn}, exitUsage, "one flag name"},
 		{[]string{"run", "--dsn", "postgres://u:secret-pw@127.0.0.1:1/db?connect_timeout=2", "--name", "x", "--", "true"}, exitUnavailable, "connect"},
 		{[]string{"run", "--dsn", "mysql://u:secret-pw@127.0.0.1:1/db?timeout=2s", "--name", "x", "--", "true"}, exitUnavailable, "connect"},
+		{[]string{"status", "--dsn", "postgres://u:secret-pw@127.0.0.1:1/db?connect_timeout=2"}, exitUnavailable, "connect"},
+		{[]string{"migrate", "--dsn", "mysql://u:secret-pw@127.0.0.1:1/db?timeout=2s"}, exitUnavailable, "connect"},
 	} {
 		code, out, errs := cli(t, tc.args...)
 		if code != tc.code || !strings.Contains(out+errs, tc.want) {
@@ -371,6 +400,13 @@ func TestBadUsage(t *testing.T) {
 			t.Errorf("%s --help = %d:\n%s", cmd, code, errs)
 		}
 	}
+	// The defaults the README gives: --lease 15 s, --grace 3 s.
+	_, _, errs := cli(t, "run", "--help")
+	for _, want := range []string{"-lease duration", "(default 15s)", "-grace duration", "(default 3s)"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("run --help lacks %q:\n%s", want, errs)
+		}
+	}
 	if code, out, _ := cli(t, "--version"); code != 0 || !strings.HasPrefix(out, "leadership ") {
 		t.Errorf("--version = %d %q", code, out)
 	}
@@ -380,6 +416,31 @@ func TestMigrate(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
 	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
 		t.Fatalf("migrate = %d %q %q", code, out, errs)
+	}
+	// The flag package takes -flag as well as --flag.
+	if code, out, errs := cli(t, "migrate", "-dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+		t.Fatalf("migrate -dsn = %d %q %q", code, out, errs)
+	}
+}
+
+// TestDSNFromEnvironment: without --dsn, LEADERSHIP_DSN names the
+// database, else sqlite:leadership.db in the current directory.
+func TestDSNFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	if code, out, errs := cliIn(t, dir, "sqlite:"+filepath.Join(dir, "env.db"), "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+		t.Fatalf("migrate with LEADERSHIP_DSN = %d %q %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "env.db")); err != nil {
+		t.Fatalf("LEADERSHIP_DSN was not used: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); !os.IsNotExist(err) {
+		t.Fatalf("leadership.db was created although LEADERSHIP_DSN was set (%v)", err)
+	}
+	if code, out, errs := cliIn(t, dir, "", "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+		t.Fatalf("migrate without a DSN = %d %q %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); err != nil {
+		t.Fatalf("the default DSN did not create leadership.db in the current directory: %v", err)
 	}
 }
 
@@ -422,5 +483,97 @@ func TestRestartAndMetrics(t *testing.T) {
 	case <-r.exited:
 		t.Fatalf("leadership run --restart exited %d after the eviction", r.cmd.ProcessState.ExitCode())
 	default:
+	}
+}
+
+// TestGraceThenKill: a command that ignores SIGTERM is killed --grace
+// after leadership is lost, and dies before another process starts its
+// own.
+func TestGraceThenKill(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	const stubborn = `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"
+trap '' TERM
+while :; do sleep 0.02; done`
+	leader := startRunScript(t, dsn, name, marks, stubborn)
+	waitFor(t, 10*time.Second, "the command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+	first := starts(readMarks(t, marks))[0]
+	startRunScript(t, dsn, name, marks, stubborn)
+
+	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 {
+		t.Fatalf("release = %d, %q, %q", code, out, errs)
+	}
+	var deadAt time.Time
+	waitFor(t, 10*time.Second, "the command that ignores SIGTERM is killed", func() bool {
+		if alive(first.pid) {
+			return false
+		}
+		deadAt = time.Now()
+		return true
+	})
+	if code := leader.wait(t, 5*time.Second); code != exitLost {
+		t.Fatalf("evicted leadership run exited %d, want %d", code, exitLost)
+	}
+	waitFor(t, 10*time.Second, "the other process starts its command", func() bool { return len(starts(readMarks(t, marks))) == 2 })
+	if next := starts(readMarks(t, marks))[1]; !deadAt.Before(next.at) {
+		t.Fatalf("the killed command was seen dead at %v, the next one started at %v: want the death first", deadAt, next.at)
+	}
+}
+
+// TestSignalsForwarded: SIGHUP and SIGINT sent to leadership run reach the
+// command, whose exit status then passes through.
+func TestSignalsForwarded(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	r := startRunScript(t, dsn, name, marks, `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"
+trap 'echo "hup $$ $PPID $(date +%s%N)" >> "$MARKS"' HUP
+trap 'echo "int $$ $PPID $(date +%s%N)" >> "$MARKS"; exit 3' INT
+while :; do sleep 0.02; done`)
+	waitFor(t, 10*time.Second, "the command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+	got := func(kind string) bool {
+		for _, m := range readMarks(t, marks) {
+			if m.kind == kind {
+				return true
+			}
+		}
+		return false
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the command gets SIGHUP", func() bool { return got("hup") })
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, 10*time.Second); code != 3 || !got("int") {
+		t.Fatalf("after SIGINT leadership run exited %d (int mark: %v), want the command's status 3", code, got("int"))
+	}
+}
+
+// TestProcessNameAndRelease: --process is the holder status shows and
+// release names; releasing a flag nobody holds says so.
+func TestProcessNameAndRelease(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	r := startRun(t, dsn, name, marks, "--process", "host-x")
+	waitFor(t, 10*time.Second, "the command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+
+	code, out, errs := cli(t, "status", "--dsn", dsn, "--json")
+	var got struct{ Flags []statusFlag }
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("status --json = %d %q %q", code, out, errs)
+	}
+	if len(got.Flags) != 1 || got.Flags[0].Holder != "host-x" || !got.Flags[0].Held {
+		t.Fatalf("status --json flags %+v, want %s held by host-x", got.Flags, name)
+	}
+
+	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 || !strings.HasPrefix(out, "evicted host-x from "+name+" (version 1)") {
+		t.Fatalf("release = %d, %q, %q", code, out, errs)
+	}
+	if code := r.wait(t, 10*time.Second); code != exitLost {
+		t.Fatalf("evicted leadership run exited %d, want %d", code, exitLost)
+	}
+	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 || out != name+" was not held\n" {
+		t.Fatalf("second release = %d, %q, %q", code, out, errs)
 	}
 }

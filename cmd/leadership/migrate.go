@@ -22,15 +22,15 @@ type versioned interface {
 func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlagSet("migrate", "migrate [flags]", migrateExamples, stderr, &c)
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		return report(stderr, fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
 	}
-	store, code, ok := c.openChecked(ctx, stderr)
-	if !ok {
-		return code
+	store, err := c.openChecked(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
 	}
 	defer store.Close()
 	if err := store.Store.Migrate(ctx); err != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
+
+	"github.com/dbflag/leadership"
 )
 
 const releaseExamples = `  leadership release nightly
@@ -16,48 +19,44 @@ before the evicted term's expiry by the database clock (at most one lease
 after its last renewal), because the evicted process may still trust its
 term until then: a takeover after "release" takes up to one lease, plus
 the follower's jitter (lease/20 by default). A holder that releases by itself
-(leadership run exiting, Flag.Close) hands over at once instead.
+(leadership run exiting, Flag.Close) hands over at the follower's next
+attempt instead, without waiting for the expiry.
 `
 
 func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := newFlagSet("release", "release [flags] NAME", releaseExamples, stderr, &c)
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		return report(stderr, fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()), exitUsage)
 	}
 	name := fs.Arg(0)
-	store, code, ok := c.openChecked(ctx, stderr)
-	if !ok {
-		return code
+	store, err := c.openChecked(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
 	}
 	defer store.Close()
 	records, now, err := store.Store.Flags(ctx)
 	if err != nil {
 		return report(stderr, err, exitUnavailable)
 	}
-	found := false
-	for _, r := range records {
-		if r.Name != name {
-			continue
-		}
-		found = true
-		evicted, err := store.Store.Evict(ctx, name)
-		if err != nil {
-			return report(stderr, err, exitFailure)
-		}
-		if !evicted || r.Holder == "" {
-			fmt.Fprintf(stdout, "%s was not held\n", name)
-			return exitOK
-		}
-		wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
-		fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
-			r.Holder, name, r.Version, wait)
-	}
-	if !found {
+	i := slices.IndexFunc(records, func(r leadership.Record) bool { return r.Name == name })
+	if i < 0 {
 		return report(stderr, fmt.Errorf("no flag named %q (see leadership status)", name), exitFailure)
 	}
+	r := records[i]
+	evicted, err := store.Store.Evict(ctx, name)
+	if err != nil {
+		return report(stderr, err, exitFailure)
+	}
+	if !evicted || r.Holder == "" {
+		fmt.Fprintf(stdout, "%s was not held\n", name)
+		return exitOK
+	}
+	wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
+	fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
+		r.Holder, name, r.Version, wait)
 	return exitOK
 }

@@ -49,7 +49,9 @@ type runOptions struct {
 	skipIfHeld, restart        bool
 }
 
-func runCommand(args []string, stdout, stderr io.Writer) int {
+// runCommand runs `leadership run`; the command writes to this process's
+// own stdout and stderr.
+func runCommand(args []string, stderr io.Writer) int {
 	var o runOptions
 	fs := newFlagSet("run", "run [flags] -- COMMAND [ARGS...]", runExamples, stderr, &o.common)
 	fs.StringVar(&o.name, "name", "", "flag name (mandatory): processes using the same name compete")
@@ -60,8 +62,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.wait, "wait", 0, "wait at most this long for leadership, then exit 0 (default: as long as it takes)")
 	fs.BoolVar(&o.restart, "restart", false, "when leadership is lost, stop the command, wait to lead again and start it again, instead of exiting 75")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (for example :9090) while running")
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	child := fs.Args()
 	if err := o.check(child); err != nil {
@@ -72,10 +74,12 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stderr, err, exitUsage)
 	}
-	return o.run(child, stdout, log, stderr)
+	return o.run(child, log, stderr)
 }
 
-// check validates the options that Build does not.
+// check validates the options before the database is opened, in terms of
+// the command-line flags (Build checks --lease and --grace again, as Lease
+// and SafetyMargin).
 func (o *runOptions) check(child []string) error {
 	if len(child) == 0 {
 		return fmt.Errorf("%w: no command: write it after --, for example: leadership run --name job -- ./job", errUsage)
@@ -96,7 +100,7 @@ func (o *runOptions) check(child []string) error {
 	return nil
 }
 
-func (o *runOptions) run(child []string, _ io.Writer, log *slog.Logger, stderr io.Writer) int {
+func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int {
 	// Signals: while waiting they end the run; while the command runs they
 	// are forwarded to it, and the flag is released when it exits.
 	sigs := make(chan os.Signal, 4)
@@ -176,10 +180,11 @@ const (
 // done says the run is over with code.
 func (o *runOptions) waitToLead(f *leadership.Flag, sigs <-chan os.Signal, log *slog.Logger) (code int, done bool) {
 	ctx, cancel := context.WithCancel(context.Background())
-	if o.wait > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), o.wait)
-	}
 	defer cancel()
+	if o.wait > 0 {
+		ctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
 	log.Info("waiting for leadership", "name", o.name, "holder", f.Holder())
 	waited := make(chan error, 1)
 	go func() { waited <- f.Wait(ctx) }()

@@ -34,15 +34,15 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var asJSON bool
 	fs := newFlagSet("status", "status [flags]", statusExamples, stderr, &c)
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	if err := parse(fs, args); err != nil {
-		return exitForParse(err)
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		return report(stderr, fmt.Errorf("%w: status takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
 	}
-	store, code, ok := c.openChecked(ctx, stderr)
-	if !ok {
-		return code
+	store, err := c.openChecked(ctx)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
 	}
 	defer store.Close()
 	records, now, err := store.Store.Flags(ctx)

@@ -8,7 +8,10 @@
 //	go run ./examples/service -addr :8082 &
 //	curl localhost:8081/leader localhost:8082/leader
 //
-// The database is SQLite (file service.db) by default.
+// The database is SQLite (file service.db) by default; -dsn also takes
+// postgres:// and mysql:// DSNs. It is opened with this module's
+// internal/storeopen: a copy outside the module opens its store directly,
+// for example with sqlite.Open and sqlite.New.
 package main
 
 import (
@@ -51,16 +54,16 @@ func run(addr, dsn string, every, lease time.Duration, logger *slog.Logger) erro
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	store, closeStore, err := openStore(ctx, dsn)
+	store, err := storeopen.Open(ctx, dsn)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer store.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
 	f, err := leadership.NewFlag().
-		Store(store).
+		Store(store.Store).
 		Name("example-service-job").
 		Lease(lease).
 		Logger(logger).
