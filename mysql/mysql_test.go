@@ -263,6 +263,26 @@ func TestWrongTableShape(t *testing.T) {
 	}
 }
 
+// TestNamesAreCaseAndAccentSensitive checks the collation the migration
+// gives names (utf8mb4_bin): names that MySQL's default collations hold
+// equal are different flags, as in the other stores.
+func TestNamesAreCaseAndAccentSensitive(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, openDB(t, freshDatabase(t, testdb.MySQL(t), nil)))
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, names := range [][2]string{{"Report", "report"}, {"café", "cafe"}, {"straße", "strasse"}} {
+		for i, name := range names {
+			res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: names[0], Lease: time.Minute})
+			if err != nil || !res.Acquired || res.Version != 1 {
+				t.Fatalf("Acquire(%q) after %q = %+v, %v; want a flag of its own", name, names[:i], res, err)
+			}
+		}
+	}
+}
+
 func TestWrongPassword(t *testing.T) {
 	t.Parallel()
 	cfg, err := driver.ParseDSN(testdb.MySQL(t))
