@@ -13,6 +13,7 @@ import (
 // MySQL error numbers the store treats specially.
 const (
 	errDBAccessDenied    = 1044
+	errSpecificDenied    = 1227 // a statement needing a privilege such as SUPER
 	errAccessDenied      = 1045
 	errBadDB             = 1049
 	errTableAccessDenied = 1142

@@ -30,7 +30,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	if err := s.migrate(ctx); err != nil {
-		if n := number(err); n == errTableAccessDenied || n == errDBAccessDenied || n == 1227 || strings.Contains(err.Error(), "denied") {
+		// golang-migrate wraps the statements' errors in a database.Error
+		// that does not unwrap, so its text is read too.
+		if n := number(err); n == errTableAccessDenied || n == errDBAccessDenied || n == errSpecificDenied || strings.Contains(err.Error(), "denied") {
 			return fmt.Errorf("mysql: apply migrations: permission denied: the user needs CREATE, CREATE ROUTINE and ALTER ROUTINE on the database (or let an administrator apply the migrations and build flags with Migrate(false)): %w", err)
 		}
 		return describe("apply migrations", err)

@@ -15,7 +15,10 @@
 // returns the row, so a losing attempt learns who holds the flag and until
 // when. MySQL has no INSERT … RETURNING and MariaDB has none for the update
 // of an upsert, hence the procedure. The statement is right whether or not
-// MariaDB's SIMULTANEOUS_ASSIGNMENT sql mode is on.
+// MariaDB's SIMULTANEOUS_ASSIGNMENT sql mode is on. The store prepares the
+// CALL once and database/sql keeps it on each connection (one prepared
+// statement per connection of db), so an attempt is one round trip without
+// interpolateParams too.
 //
 // Instants are integer microseconds since the Unix epoch read from
 // UTC_TIMESTAMP(6) inside the statement, which starts after the client
@@ -50,6 +53,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -61,6 +65,9 @@ import (
 type Store struct {
 	db  *sql.DB
 	hub notify.Hub
+
+	mu      sync.Mutex
+	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
 }
 
 var (
@@ -96,11 +103,15 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		return leadership.Result{}, err
 	}
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
+	stmt, err := s.acquireStmt(ctx)
+	if err != nil {
+		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+	}
 	var res leadership.Result
-	err := retryTransient(ctx, func() error {
+	err = retryTransient(ctx, func() error {
 		var renewed, expires, now int64
 		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		err := s.db.QueryRowContext(ctx, `CALL leadership_acquire(?, ?, ?, ?)`, req.Name, req.Holder, req.Version, micros).
+		err := stmt.QueryRowContext(ctx, req.Name, req.Holder, req.Version, micros).
 			Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now)
 		res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
 		return err
@@ -109,6 +120,25 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
 	}
 	return res, nil
+}
+
+// acquireStmt returns the CALL of Acquire, prepared once for the store.
+// database/sql then prepares it once per connection and reuses it, so an
+// attempt is one round trip whatever the DSN says; a query with arguments
+// would otherwise be prepared, executed and closed at every attempt unless
+// the DSN sets interpolateParams. A failed preparation is retried at the
+// next attempt.
+func (s *Store) acquireStmt(ctx context.Context) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acquire == nil {
+		stmt, err := s.db.PrepareContext(ctx, `CALL leadership_acquire(?, ?, ?, ?)`)
+		if err != nil {
+			return nil, err
+		}
+		s.acquire = stmt
+	}
+	return s.acquire, nil
 }
 
 // Release implements [leadership.Store.Release].

@@ -173,6 +173,67 @@ func TestMigrateLeavesDBOpen(t *testing.T) {
 	}
 }
 
+// TestAcquireIsOneRoundTrip checks the package documentation's "one round
+// trip" with a DSN without interpolateParams: once the connection has the
+// statement, an attempt is one statement sent by the client and prepares
+// nothing.
+func TestAcquireIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	db.SetMaxOpenConns(1) // one session: the counters below are the store's
+	s := newStore(t, db)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, leadership.Request{Name: "one-round-trip", Holder: "a", Lease: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	const attempts = 20
+	before := sessionStatus(t, db)
+	for range attempts {
+		if res, err = s.Acquire(ctx, leadership.Request{Name: "one-round-trip", Holder: "a", Version: res.Version, Lease: time.Minute}); err != nil || !res.Acquired {
+			t.Fatalf("renewal = %+v, %v", res, err)
+		}
+	}
+	after := sessionStatus(t, db)
+	if d := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]; d != 0 {
+		t.Errorf("%d attempts prepared %d statements, want none", attempts, d)
+	}
+	// Questions also counts the SHOW STATUS that read the second figures.
+	if d := after["Questions"] - before["Questions"] - 1; d != attempts {
+		t.Errorf("%d attempts sent %d statements, want one each", attempts, d)
+	}
+}
+
+// sessionStatus reads the statement counters of db's session; db must have
+// one connection.
+func sessionStatus(t *testing.T, db *sql.DB) map[string]int64 {
+	t.Helper()
+	rows, err := db.Query(`SHOW SESSION STATUS WHERE Variable_name IN ('Com_stmt_prepare', 'Questions')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	status := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var value int64
+		if err := rows.Scan(&name, &value); err != nil {
+			t.Fatal(err)
+		}
+		status[name] = value
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(status) != 2 {
+		t.Fatalf("session status = %v, want Com_stmt_prepare and Questions", status)
+	}
+	return status
+}
+
 func TestReadOnlyUserCannotMigrate(t *testing.T) {
 	t.Parallel()
 	cfg, err := driver.ParseDSN(testdb.MySQL(t))
@@ -199,6 +260,26 @@ func TestWrongTableShape(t *testing.T) {
 	err := newStore(t, db).Migrate(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "wrong shape") || !strings.Contains(err.Error(), "version bigint") {
 		t.Fatalf("Migrate over a hand-made table = %v, want a shape error naming version", err)
+	}
+}
+
+// TestNamesAreCaseAndAccentSensitive checks the collation the migration
+// gives names (utf8mb4_bin): names that MySQL's default collations hold
+// equal are different flags, as in the other stores.
+func TestNamesAreCaseAndAccentSensitive(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, openDB(t, freshDatabase(t, testdb.MySQL(t), nil)))
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, names := range [][2]string{{"Report", "report"}, {"café", "cafe"}, {"straße", "strasse"}} {
+		for i, name := range names {
+			res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: names[0], Lease: time.Minute})
+			if err != nil || !res.Acquired || res.Version != 1 {
+				t.Fatalf("Acquire(%q) after %q = %+v, %v; want a flag of its own", name, names[:i], res, err)
+			}
+		}
 	}
 }
 

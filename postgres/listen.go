@@ -16,13 +16,11 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	s.mu.Lock()
 	s.subs++
 	if s.subs == 1 {
+		// The previous listener, if any, has exited: the end of the last
+		// subscription waited for it under s.mu.
 		ctx, stop := context.WithCancel(context.Background())
-		exited := make(chan struct{})
-		if s.exited != nil {
-			<-s.exited // a listener being stopped exits first
-		}
-		s.stop, s.exited = stop, exited
-		go s.listen(ctx, exited)
+		s.stop, s.exited = stop, make(chan struct{})
+		go s.listen(ctx, s.exited)
 	}
 	s.mu.Unlock()
 	var done bool

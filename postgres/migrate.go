@@ -40,6 +40,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("postgres: apply migrations: the role needs CREATE on schema %q (or let an administrator apply the migrations and build flags with Migrate(false))", *schema)
 	}
 	if err := s.migrate(); err != nil {
+		// golang-migrate wraps the statements' errors in a database.Error
+		// that does not unwrap, so its text is read too.
 		if sqlState(err) == codeInsufficientPrivilege || strings.Contains(err.Error(), "permission denied") {
 			return fmt.Errorf("postgres: apply migrations: permission denied: the role needs CREATE on the schema (or let an administrator apply the migrations and build flags with Migrate(false)): %w", err)
 		}

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
@@ -70,7 +71,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases
-	stop   context.CancelFunc // stops the listener; nil when not running
+	stop   context.CancelFunc // stops the listener started last
 	exited chan struct{}      // closed when the listener has exited
 }
 
@@ -92,7 +93,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: postgres.New: pool is nil", leadership.ErrInvalidArgument)
 	}
-	s := &Store{pool: pool, logger: slog.New(slog.DiscardHandler)}
+	s := &Store{pool: pool}
 	for _, o := range opts {
 		o(s)
 	}
@@ -180,24 +181,15 @@ SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'n
 // changeAndNotify runs an UPDATE that notifies each row it changed and
 // reports whether it changed one.
 func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
-	var changed bool
-	err := retryTransient(ctx, func() error {
-		rows, err := s.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
-		changed = n > 0
-		return rows.Err()
+	var tag pgconn.CommandTag // SELECT n: one row per notified change
+	err := retryTransient(ctx, func() (err error) {
+		tag, err = s.pool.Exec(ctx, sql, args...)
+		return err
 	})
 	if err != nil {
 		return false, describe(what, err)
 	}
-	return changed, nil
+	return tag.RowsAffected() > 0, nil
 }
 
 // Flags implements [leadership.Store.Flags].

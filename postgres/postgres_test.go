@@ -178,44 +178,67 @@ func TestListenerReconnects(t *testing.T) {
 			t.Fatalf("no notification %s", what)
 		}
 	}
-	waitListening(t, pool, app)
+	waitListening(t, pool, app, 1)
 	release()
 	expect("before the listener's connection is killed")
 
 	admin := newPool(t, dsn)
-	if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE query LIKE 'LISTEN %' AND application_name = $1`, app); err != nil {
-		t.Fatal(err)
+	var killed int
+	if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND application_name = $1`, app).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("listening backends terminated: %d, %v; want 1", killed, err)
 	}
-	drain(ch)
-	waitListening(t, pool, app)
+	// Nothing was released since: this is the wake-up the listener sends
+	// every flag once it is back, in case it missed a release.
+	expect("when the listener is back")
+	waitListening(t, pool, app, 1)
 	release()
 	expect("after the listener reconnected")
 }
 
-// waitListening waits until a backend with application_name app is
-// listening.
-func waitListening(t *testing.T, pool *pgxpool.Pool, app string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE query LIKE 'LISTEN %' AND application_name = $1`, app).Scan(&n); err == nil && n > 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+// TestOneListenerPerStore checks that a store keeps one LISTEN connection
+// for all its subscriptions, from the first until the last one ends.
+func TestOneListenerPerStore(t *testing.T) {
+	t.Parallel()
+	app := "lt-one-" + randomHex()
+	pool := newPool(t, withParam(t, testdb.Postgres(t), "application_name", app))
+	s := newStore(t, pool)
+	_, stopA := s.NotifyReleases("a")
+	_, stopB := s.NotifyReleases("b")
+	waitListening(t, pool, app, 1)
+	time.Sleep(200 * time.Millisecond) // time for a second listener to show
+	if n := listening(t, pool, app); n != 1 {
+		t.Fatalf("%d listening connections for two subscriptions, want 1", n)
 	}
-	t.Fatal("no listening connection within 10 s")
+	stopA()
+	if n := listening(t, pool, app); n != 1 {
+		t.Fatalf("%d listening connections after one of two subscriptions ended, want 1", n)
+	}
+	stopB()
+	waitListening(t, pool, app, 0)
 }
 
-func drain(ch <-chan struct{}) {
-	for {
-		select {
-		case <-ch:
-		case <-time.After(200 * time.Millisecond):
-			return
+// listening counts the backends with application_name app that listen.
+func listening(t *testing.T, pool *pgxpool.Pool, app string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND application_name = $1`, app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitListening waits until want backends with application_name app
+// listen.
+func waitListening(t *testing.T, pool *pgxpool.Pool, app string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for listening(t, pool, app) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listening connections after 10 s, want %d", listening(t, pool, app), want)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -143,7 +143,11 @@ func MySQLNative(dsn string) (string, error) {
 		native += "?" + u.RawQuery
 	}
 	if _, err := gomysql.ParseDSN(native); err != nil {
-		return "", bad(strings.ReplaceAll(err.Error(), cfg.Passwd, "xxxxx"))
+		why := err.Error()
+		if cfg.Passwd != "" { // replacing "" would put xxxxx between every two characters
+			why = strings.ReplaceAll(why, cfg.Passwd, "xxxxx")
+		}
+		return "", bad(why)
 	}
 	return native, nil
 }

@@ -28,6 +28,11 @@ func TestMySQLNative(t *testing.T) {
 			t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument without the password", in, err)
 		}
 	}
+	// Without a password, the driver's complaint reads as it is.
+	in := "mysql://root@h:1/db?timeout=forever"
+	if _, err := storeopen.MySQLNative(in); !errors.Is(err, leadership.ErrInvalidArgument) || !strings.Contains(err.Error(), `invalid duration "forever"`) {
+		t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument naming the bad duration", in, err)
+	}
 }
 
 func TestRedact(t *testing.T) {
