@@ -416,6 +416,7 @@ func TestBuildRejectsBadSettings(t *testing.T) {
 		{"no name", leadership.NewFlag().Store(s), "Name"},
 		{"long name", leadership.NewFlag().Store(s).Name(strings.Repeat("x", 300)), "Name"},
 		{"bad process", leadership.NewFlag().Store(s).Name("x").Process("a\x00b"), "Process"},
+		{"padded name", leadership.NewFlag().Store(s).Name("nightly "), "Name"},
 		{"negative lease", leadership.NewFlag().Store(s).Name("x").Lease(-time.Second), "Lease"},
 		{"tiny lease", leadership.NewFlag().Store(s).Name("x").Lease(time.Millisecond), "Lease"},
 		{"negative timeout", leadership.NewFlag().Store(s).Name("x").Timeout(-1), "Timeout"},

@@ -3,6 +3,7 @@ package leadership
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -173,8 +174,10 @@ func (r Request) Validate() error {
 }
 
 // ValidateName checks a flag name or holder: not empty, at most
-// [MaxNameLength] bytes, valid UTF-8 without control characters. The error
-// wraps [ErrInvalidArgument] and names the field.
+// [MaxNameLength] bytes, valid UTF-8 without control characters, and no
+// space at either end (MySQL's collations ignore trailing spaces, so "a "
+// and "a" would be one flag there and two elsewhere). The error wraps
+// [ErrInvalidArgument] and names the field.
 func ValidateName(field, s string) error {
 	switch {
 	case s == "":
@@ -188,6 +191,9 @@ func ValidateName(field, s string) error {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidArgument, field, s)
 		}
+	}
+	if strings.TrimSpace(s) != s {
+		return fmt.Errorf("%w: %s %q starts or ends with a space; trim it", ErrInvalidArgument, field, s)
 	}
 	return nil
 }

@@ -309,6 +309,8 @@ func runContract(t *testing.T, open Open) {
 			"long name":         func(r *leadership.Request) { r.Name = strings.Repeat("x", leadership.MaxNameLength+1) },
 			"control character": func(r *leadership.Request) { r.Name = "a\nb" },
 			"invalid UTF-8":     func(r *leadership.Request) { r.Name = "a\xffb" },
+			"trailing space":    func(r *leadership.Request) { r.Name = "pad " },
+			"leading space":     func(r *leadership.Request) { r.Holder = " a" },
 			"empty holder":      func(r *leadership.Request) { r.Holder = "" },
 			"negative version":  func(r *leadership.Request) { r.Version = -1 },
 			"zero lease":        func(r *leadership.Request) { r.Lease = 0 },
