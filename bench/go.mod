@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/dbflag/leadership v0.0.0
-	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/openshift-online/ocm-sdk-go v0.1.473
 	github.com/prometheus/client_golang v1.25.0
@@ -15,6 +14,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/golang-migrate/migrate/v4 v4.20.1 // indirect
 	github.com/golang/glog v1.0.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +23,9 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dbflag/leadership/internal/storeopen"
 )
 
 // peerSchema keeps the peer's table, also named leadership_flags but with
@@ -101,24 +101,6 @@ type target struct {
 	version string
 }
 
-// mysqlURL turns a go-sql-driver DSN (user:pass@tcp(host:port)/db, the
-// form of LEADERSHIP_TEST_MYSQL_DSN) into the mysql:// form storeopen
-// reads, escaping the user and password.
-func mysqlURL(dsn string) (string, error) {
-	if dsn == "" || strings.HasPrefix(dsn, "mysql://") {
-		return dsn, nil
-	}
-	cfg, err := gomysql.ParseDSN(dsn)
-	if err != nil {
-		return "", fmt.Errorf("mysql DSN: %v", err)
-	}
-	user := url.User(cfg.User)
-	if cfg.Passwd != "" {
-		user = url.UserPassword(cfg.User, cfg.Passwd)
-	}
-	return (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String(), nil
-}
-
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, time.Now().UTC().Format("15:04:05")+" "+format+"\n", args...)
 }
@@ -142,7 +124,7 @@ func run(o options) error {
 		r.notes = append(r.notes, "PostgreSQL not measured: no DSN (-postgres or LEADERSHIP_TEST_POSTGRES_DSN); the peer needs PostgreSQL, so no peer figures either.")
 	}
 	if use("mysql") && o.my != "" {
-		u, err := mysqlURL(o.my)
+		u, err := storeopen.MySQLURL(o.my) // LEADERSHIP_TEST_MYSQL_DSN is go-sql-driver's form
 		if err == nil {
 			var v string
 			v, err = mysqlVersion(ctx, u)

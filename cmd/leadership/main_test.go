@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,9 +17,8 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/storeopen"
 	"github.com/dbflag/leadership/internal/testdb"
 )
 
@@ -51,11 +49,11 @@ func databases() map[string]func(t *testing.T) string {
 		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") },
 		"postgres": func(t *testing.T) string { return testdb.Postgres(t) },
 		"mysql": func(t *testing.T) string {
-			cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+			dsn, err := storeopen.MySQLURL(testdb.MySQL(t))
 			if err != nil {
 				t.Fatal(err)
 			}
-			return "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
+			return dsn
 		},
 	}
 }

@@ -5,8 +5,7 @@ import (
 	"net/url"
 	"testing"
 
-	driver "github.com/go-sql-driver/mysql"
-
+	"github.com/dbflag/leadership/internal/storeopen"
 	"github.com/dbflag/leadership/internal/testdb"
 )
 
@@ -40,15 +39,18 @@ func postgresDB(t *testing.T) database {
 // rules), whose go-sql-driver DSN is turned into the mysql:// form the
 // worker takes.
 func mysqlDB(t *testing.T) database {
-	cfg, err := driver.ParseDSN(testdb.MySQL(t))
+	dsn, err := storeopen.MySQLURL(testdb.MySQL(t))
 	if err != nil {
-		t.Fatalf("%s: %v", testdb.EnvMySQL, err)
+		t.Fatalf("%s: the chaos suite needs a TCP address: %v", testdb.EnvMySQL, err)
 	}
-	if cfg.Net != "tcp" {
-		t.Fatalf("%s: the chaos suite needs a TCP address, not %q", testdb.EnvMySQL, cfg.Net)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
 	}
 	via := func(addr string) string {
-		return (&url.URL{Scheme: "mysql", User: url.UserPassword(cfg.User, cfg.Passwd), Host: addr, Path: "/" + cfg.DBName}).String()
+		v := *u
+		v.Host = addr
+		return v.String()
 	}
-	return database{dsn: via(cfg.Addr), addr: cfg.Addr, via: via}
+	return database{dsn: dsn, addr: u.Host, via: via}
 }

@@ -152,6 +152,29 @@ func MySQLNative(dsn string) (string, error) {
 	return native, nil
 }
 
+// MySQLURL is the inverse of [MySQLNative] for a TCP address: it turns
+// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB (the form of
+// LEADERSHIP_TEST_MYSQL_DSN) into mysql://USER:PASS@HOST:PORT/DB, escaping
+// the user and password. Driver parameters are dropped. A DSN already in
+// the mysql:// form is returned as it is.
+func MySQLURL(native string) (string, error) {
+	if strings.HasPrefix(native, "mysql://") {
+		return native, nil
+	}
+	cfg, err := gomysql.ParseDSN(native)
+	if err != nil {
+		return "", fmt.Errorf("%w: mysql DSN: %v", leadership.ErrInvalidArgument, err)
+	}
+	if cfg.Net != "tcp" {
+		return "", fmt.Errorf("%w: mysql DSN: network %q: want a TCP address, tcp(HOST:PORT)", leadership.ErrInvalidArgument, cfg.Net)
+	}
+	user := url.User(cfg.User)
+	if cfg.Passwd != "" {
+		user = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String(), nil
+}
+
 var userinfo = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^:@/]*):.*@`)
 
 // Redact returns dsn with the password of a URL DSN replaced by xxxxx, for

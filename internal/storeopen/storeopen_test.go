@@ -35,6 +35,31 @@ func TestMySQLNative(t *testing.T) {
 	}
 }
 
+func TestMySQLURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"lead:lead@tcp(127.0.0.1:3306)/leadership":        "mysql://lead:lead@127.0.0.1:3306/leadership",
+		"lead:p@ss/w?rd@tcp(db:3306)/app?parseTime=true":  "mysql://lead:p%40ss%2Fw%3Frd@db:3306/app",
+		"root@tcp([::1]:3307)/x":                          "mysql://root@[::1]:3307/x",
+		"mysql://lead:lead@127.0.0.1:3306/leadership?x=1": "mysql://lead:lead@127.0.0.1:3306/leadership?x=1",
+	} {
+		got, err := storeopen.MySQLURL(in)
+		if err != nil || got != want {
+			t.Errorf("MySQLURL(%q) = %q, %v; want %q", in, got, err, want)
+			continue
+		}
+		// The URL reads back as the same address, user, password and database.
+		back, err := storeopen.MySQLNative(got)
+		if err != nil || !strings.HasPrefix(in, "mysql://") && !strings.HasPrefix(in, strings.SplitN(back, "?", 2)[0]) {
+			t.Errorf("MySQLNative(MySQLURL(%q)) = %q, %v; want it back", in, back, err)
+		}
+	}
+	for _, in := range []string{"lead:lead@unix(/run/mysqld.sock)/leadership", "not a dsn"} {
+		if _, err := storeopen.MySQLURL(in); !errors.Is(err, leadership.ErrInvalidArgument) {
+			t.Errorf("MySQLURL(%q) = %v, want ErrInvalidArgument", in, err)
+		}
+	}
+}
+
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://app:s3cret@db:5432/app?sslmode=disable": "postgres://app:xxxxx@db:5432/app?sslmode=disable",
