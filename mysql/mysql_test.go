@@ -162,8 +162,8 @@ func TestMigrateLeavesDBOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 2 || dirty {
-		t.Fatalf("SchemaVersion = %d, %v, %v; want 2, false, nil", v, dirty, err)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 4 || dirty {
+		t.Fatalf("SchemaVersion = %d, %v, %v; want 4, false, nil", v, dirty, err)
 	}
 	if err := db.Ping(); err != nil {
 		t.Fatalf("the db is unusable after Migrate: %v", err)
