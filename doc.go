@@ -92,7 +92,9 @@
 //     advances by at most Lease. A slower database clock is always safe.
 //   - A statement takes effect between its send and its reply; a statement
 //     whose reply never arrives may take effect at any later time, or
-//     never.
+//     never. A reply is trusted only for a committed write: the mysql
+//     store commits whatever the session's autocommit, and the postgres
+//     store fails an attempt made in a session left inside a transaction.
 //   - The store obeys the [Store] contract.
 //
 // Invariant: a process's trust window ends before the database can let
