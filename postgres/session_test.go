@@ -90,10 +90,8 @@ func TestReadOnlySessionNamesTheFix(t *testing.T) {
 // session defaults an application's role may carry: every transaction
 // SERIALIZABLE, and idle transactions cut after 100 ms. Statements of the
 // store are single-statement transactions (serialization failures are
-// retried once), and Flags's read-only transaction never idles. (The flag
-// behaviours are not run here: under SERIALIZABLE, attempts on different
-// flags of one table can fail together twice in a row, which delays a
-// handover to the next poll; safe, but not the promptness they assert.)
+// retried once), and Flags's read-only transaction never idles. The flag
+// behaviours send no statement of their own, so the contract suffices.
 func TestConformanceUnusualSessionDefaults(t *testing.T) {
 	t.Parallel()
 	dsn := schemaDSN(t, testdb.Postgres(t))
