@@ -11,7 +11,6 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/migrations"
-	"github.com/dbflag/leadership/storetest"
 )
 
 // autocommitOff is the DSN parameter that go-sql-driver passes on as
@@ -65,7 +64,7 @@ func TestTermSurvivesItsHolderWithAutocommitOff(t *testing.T) {
 func TestConformanceAutocommitOff(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), autocommitOff)
-	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+	runSuite(t, dsn)
 }
 
 // TestNothingLeftOpenWithAutocommitOff checks, on a pool of one session
@@ -196,7 +195,7 @@ func TestConformanceServerAutocommitOff(t *testing.T) {
 			if err := openDB(t, dsn).QueryRow(`SELECT @@SESSION.autocommit`).Scan(&autocommit); err != nil || autocommit != 0 {
 				t.Fatalf("the application user's session has autocommit = %d, %v; want 0 from the server", autocommit, err)
 			}
-			storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+			runSuite(t, dsn)
 		})
 	}
 }

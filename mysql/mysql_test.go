@@ -90,6 +90,12 @@ func freshDatabase(t testing.TB, dsn string, params map[string]string) string {
 	return cfg.FormatDSN()
 }
 
+// runSuite runs the store suite on dsn, every store with a *sql.DB of its
+// own, as separate processes have.
+func runSuite(t *testing.T, dsn string) {
+	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+}
+
 func isMariaDB(t testing.TB, db *sql.DB) bool {
 	t.Helper()
 	var v string
@@ -104,7 +110,7 @@ func isMariaDB(t testing.TB, db *sql.DB) bool {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+	runSuite(t, dsn)
 }
 
 // TestConformanceSimultaneousAssignment runs the contract with the
@@ -130,7 +136,7 @@ func TestConformanceSimultaneousAssignment(t *testing.T) {
 	if !strings.Contains(mode, "SIMULTANEOUS_ASSIGNMENT") {
 		t.Fatalf("the procedure's sql_mode is %q, want SIMULTANEOUS_ASSIGNMENT", mode)
 	}
-	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+	runSuite(t, dsn)
 }
 
 // TestConformanceWhateverTheDSN runs the contract with the DSN settings
