@@ -56,7 +56,7 @@
 //     least every PollInterval, so a crashed holder is replaced about one
 //     lease after its last renewal. PollInterval is Lease/3 by default,
 //     capped at 2 s unless the store notifies releases to every process
-//     ([CrossProcessNotifier]: postgres).
+//     (postgres; see [ReleaseNotifier]).
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
