@@ -62,6 +62,9 @@
 // application user needs SELECT, INSERT, UPDATE on leadership_flags,
 // EXECUTE on the procedure and SELECT on leadership_schema_migrations. The
 // procedure runs with the caller's privileges (SQL SECURITY INVOKER).
+// Schema version 4 drops and re-creates the procedure (MySQL has no CREATE
+// OR REPLACE PROCEDURE), which drops an EXECUTE granted on it by name:
+// grant it again after migrating, or grant EXECUTE on the database.
 //
 // # Release notifications
 //
