@@ -156,14 +156,14 @@ var errUncommittingProcedure = errors.New("the procedure leadership_acquire is o
 // rows. The reply is trusted only once it has been read to its end (the
 // driver reads the procedure's final status in Close, whose error it
 // returns), and only from the procedure of migration 0004, recognised by
-// the name of its first column (schema 2 named it TRUE or FALSE).
+// the name of its first column, acquired (schema 2 named it TRUE or FALSE).
 func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
 		return err
 	}
-	if len(cols) == 0 || cols[0] != "v_won" {
+	if len(cols) == 0 || cols[0] != "acquired" {
 		return errUncommittingProcedure
 	}
 	if !rows.Next() {

@@ -15,7 +15,8 @@
 -- left open: the store only runs on pooled connections, never inside a
 -- caller's transaction, which database/sql never lends out), the upsert,
 -- the read of the row into variables, COMMIT; only then the result row is
--- sent, so a reply exists only for a committed statement and no
+-- sent (its first column named acquired, by which the store recognises
+-- this procedure), so a reply exists only for a committed statement and no
 -- transaction stays open in the session afterwards. COMMIT names AND NO
 -- CHAIN NO RELEASE so that completion_type cannot chain a new transaction
 -- or close the session. A failed statement (a deadlock, a lock wait
@@ -65,5 +66,6 @@ BEGIN
         FROM leadership_flags WHERE name = p_name;
     END IF;
     COMMIT AND NO CHAIN NO RELEASE;
-    SELECT v_won, v_holder, v_version, v_renewed, v_expires, v_now;
+    SELECT v_won AS acquired, v_holder AS holder, v_version AS version,
+           v_renewed AS renewed_at, v_expires AS expires_at, v_now AS now;
 END
