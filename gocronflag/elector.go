@@ -27,8 +27,7 @@
 // after the lock could be taken by another scheduler (the locker renews
 // the lock while the run lasts, but cannot stop the run if a renewal
 // fails). Use it only for per-job mutual exclusion where an occasional
-// overlap is harmless;
-// otherwise use the Elector.
+// overlap is harmless; otherwise use the Elector.
 package gocronflag
 
 import (
