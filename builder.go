@@ -49,6 +49,7 @@ type FlagBuilder struct {
 	precheck      func(context.Context) error
 	onRaise       func(context.Context)
 	onLower       func()
+	clocks        clockPair // test hook (export_test.go); nil reads the OS clocks
 }
 
 // NewFlag returns a builder with the defaults: lease [DefaultLease],
@@ -167,6 +168,7 @@ type config struct {
 	precheck      func(context.Context) error
 	onRaise       func(context.Context)
 	onLower       func()
+	clocks        clockPair
 }
 
 // config completes the defaults and checks every setting, joining one
@@ -178,6 +180,7 @@ func (b *FlagBuilder) config() (config, error) {
 		timeout: b.timeout, safetyMargin: b.safetyMargin, jitter: b.jitter,
 		logger: b.logger, registerer: b.registerer, migrate: b.migrate,
 		precheck: b.precheck, onRaise: b.onRaise, onLower: b.onLower,
+		clocks: b.clocks,
 	}
 	var errs []error
 	bad := func(format string, args ...any) {

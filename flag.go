@@ -35,6 +35,7 @@ type Flag struct {
 	wake       <-chan struct{} // release notifications; nil without a notifier
 	stopNotify func()
 	failures   int // consecutive failed attempts; loop goroutine only
+	susp       suspendWatch
 	events     *dispatcher
 
 	closeOnce sync.Once
@@ -69,6 +70,7 @@ func newFlag(c config, m *metrics) *Flag {
 		closedCh: make(chan struct{}),
 		raisedCh: make(chan struct{}),
 		events:   newDispatcher(),
+		susp:     suspendWatch{clocks: c.clocks},
 	}
 	return f
 }
