@@ -113,7 +113,7 @@
 // ahead does this; let NTP slew that clock instead of stepping it (chrony
 // without makestep after boot, ntpd -x). The sqlite store reads the clock
 // of the host that runs every process sharing the file (package sqlite
-// says which); memstore compares Go's monotonic readings.
+// says which); memstore, by default, compares Go's monotonic readings.
 //
 // Suspend. A stopped monotonic clock of the holder breaks the rate
 // assumption from the other side: the monotonic clock that Raised reads
@@ -150,10 +150,11 @@
 // renewal survives: when the database loses it, the row falls back to an
 // older state, so another process can acquire a term its holder still
 // trusts (a lost renewal), or get the same version as the holder (a lost
-// acquisition: two terms with one fencing token). This happens on a crash
-// of a PostgreSQL server with synchronous_commit=off, or of a MySQL or
-// MariaDB server with innodb_flush_log_at_trx_commit ≠ 1, and on failover
-// to an asynchronous replica that had not received the last commits
+// acquisition: two terms with one fencing token). This happens when the
+// database server or its host crashes while PostgreSQL runs with
+// synchronous_commit=off or MySQL or MariaDB with
+// innodb_flush_log_at_trx_commit ≠ 1, and on failover to an asynchronous
+// replica that had not received the last commits
 // (Patroni's default, most managed replicas). Run the database with
 // durable commits and fail over only to synchronous replicas; a guard for
 // failover is planned (issue 15). The sqlite store loses a commit only
