@@ -122,8 +122,8 @@
 // after the end of its trust window would trust its term for as long again
 // as it slept. On Linux the flag detects this: CLOCK_BOOTTIME also counts
 // the time suspended, and the flag compares how far the two clocks
-// advanced since the send that opened the trust window at each check —
-// before each send, before each precheck, and on each reply or error. When
+// advanced, before each send and each precheck since the send that opened
+// the trust window, and on each reply or error since its own send. When
 // CLOCK_BOOTTIME advanced more than 10 ms further, the flag lowers at once
 // and does not trust the reply; the next attempt renews the term from a
 // new send if nobody took it. What remains: when a suspend carried the
@@ -154,11 +154,11 @@
 // database server or its host crashes while PostgreSQL runs with
 // synchronous_commit=off or MySQL or MariaDB with
 // innodb_flush_log_at_trx_commit ≠ 1, and on failover to an asynchronous
-// replica that had not received the last commits
-// (Patroni's default, most managed replicas). Run the database with
-// durable commits and fail over only to synchronous replicas; a guard for
-// failover is planned (issue 15). The sqlite store loses a commit only
-// with its host, which ends every process sharing the file too.
+// replica that had not received the last commits (Patroni's default;
+// managed read replicas). Run the database with durable commits and fail
+// over only to synchronous replicas; a guard for failover is planned
+// (issue 15). The sqlite store loses a commit only with its host, which
+// ends every process sharing the file too.
 //
 // Invariant: a process's trust window ends before the database can let
 // anyone else acquire. A process trusts a term only after a reply saying
