@@ -96,14 +96,35 @@ func TestReplyFromBeforeASuspendIsNotTrusted(t *testing.T) {
 }
 
 func TestHolderResumedFromSuspendLowersAtItsNextAttempt(t *testing.T) {
+	t.Run("without precheck", func(t *testing.T) { testResumedHolderLowers(t, nil) })
+	// A precheck may take up to Timeout: the flag must not wait for it.
+	t.Run("with a slow precheck", func(t *testing.T) {
+		testResumedHolderLowers(t, func(ctx context.Context) error {
+			<-ctx.Done()
+			return nil
+		})
+	})
+}
+
+func testResumedHolderLowers(t *testing.T, precheck func(context.Context) error) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMachine()
 		s := memstore.New(memstore.WithClock(m.database))
 		cut := faultstore.Wrap(s)
-		a := m.flag(t, cut, "a")
-		renew := testLease / 3 // a renews at Build and every renew from then on
+		start := time.Now()
+		a := build(t, cut, "a", func(b *leadership.FlagBuilder) {
+			leadership.SetClocksForTest(b, m.clocks)
+			b.Precheck(precheck)
+		})
+		renew := testLease / 3
+		pre := time.Duration(0) // how long the precheck takes: the Timeout, Lease/5
+		if precheck != nil {
+			pre = testLease / 5
+		}
 		b := build(t, s, "b", func(b *leadership.FlagBuilder) { b.PollInterval(100 * time.Millisecond) })
-		time.Sleep(renew + time.Millisecond) // just after a's first renewal
+		// a's attempts start at 0 and every pre + renew from then on; each
+		// sends after its precheck. Suspend just after the second send.
+		time.Sleep(time.Until(start.Add(2*pre + renew + time.Millisecond)))
 		// The machine sleeps for 3 leases and resumes without its network:
 		// a's renewals fail, so only suspend detection can lower it before
 		// the end of its trust window by its stopped clock (9 s away).
@@ -118,8 +139,9 @@ func TestHolderResumedFromSuspendLowersAtItsNextAttempt(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		lowered := time.Since(resumed)
-		// a's next attempt was due one renew interval after the last one,
-		// by the clock that stopped: renew − 1 ms after the resume.
+		// a's next attempt was due one renew interval after the last send,
+		// by the clock that stopped: renew − 1 ms after the resume. It
+		// must lower before its precheck, not after.
 		if lowered > renew {
 			t.Fatalf("a lowered %v after the resume, want at its next attempt, within the renew interval %v", lowered, renew)
 		}
