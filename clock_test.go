@@ -13,6 +13,61 @@ import (
 	"github.com/dbflag/leadership/memstore"
 )
 
+// The package documentation assumes only a bound on the rate of the
+// database clock: a backward jump delays failover by its size, a forward
+// jump beyond the safety margin gives two leaders. These tests hold it to
+// both sentences.
+
+// jumpingClock is a database clock that the test can step.
+type jumpingClock struct{ offset atomic.Int64 }
+
+func (c *jumpingClock) now() time.Time       { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *jumpingClock) jump(d time.Duration) { c.offset.Add(int64(d)) }
+
+func TestBackwardJumpOfTheDatabaseClockOnlyDelaysFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clock jumpingClock
+		s := memstore.New(memstore.WithClock(clock.now))
+		cut := faultstore.Wrap(s)
+		a := build(t, cut, "a")
+		b := build(t, s, "b")
+		jump := 2 * testLease
+		clock.jump(-jump)
+		time.Sleep(time.Millisecond) // a renewed at 0 (Build); it renews next at 10s/3
+		cut.Fail(errors.New("crashed"))
+		lastRenewal := time.Now().Add(-time.Millisecond)
+		for !b.Raised() {
+			if a.Raised() && time.Since(lastRenewal) >= testLease-testLease/10 {
+				t.Fatal("a still raised past its trust window")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if a.Raised() {
+			t.Fatal("two leaders after a backward jump of the database clock")
+		}
+		// The row was written before the jump: it expires one lease plus
+		// the jump after a's last renewal. b polls every 2 s at most.
+		took := time.Since(lastRenewal)
+		if took < testLease+jump || took > testLease+jump+2*time.Second {
+			t.Fatalf("b raised %v after a's last renewal, want the lease plus the jump %v (and at most a poll)", took, testLease+jump)
+		}
+	})
+}
+
+func TestForwardJumpOfTheDatabaseClockBeyondTheMarginGivesTwoLeaders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clock jumpingClock
+		s := memstore.New(memstore.WithClock(clock.now))
+		a := build(t, s, "a")
+		b := build(t, s, "b", func(b *leadership.FlagBuilder) { b.PollInterval(100 * time.Millisecond) })
+		clock.jump(testLease) // a step forward by a lease, far beyond the 1 s margin
+		time.Sleep(200 * time.Millisecond)
+		if !a.Raised() || !b.Raised() {
+			t.Fatalf("a raised %v, b raised %v: the documented failure did not happen; update the package documentation", a.Raised(), b.Raised())
+		}
+	})
+}
+
 // A suspend of the machine stops the monotonic clock that Raised reads, but
 // not the world: the database clock and the other processes go on. The
 // tests below run in the frame of the suspended process (the bubble's
@@ -26,6 +81,7 @@ const suspendFor = 3 * testLease
 type machine struct {
 	start time.Time
 	slept atomic.Int64 // nanoseconds suspended so far
+	db    jumpingClock // the database runs on by the time the process was suspended
 }
 
 func newMachine() *machine { return &machine{start: time.Now()} }
@@ -35,11 +91,12 @@ func (m *machine) clocks() (mono, boot time.Duration) {
 	return mono, mono + time.Duration(m.slept.Load())
 }
 
-// database is the clock of a database that is not suspended: it runs on by
-// the time the process was.
-func (m *machine) database() time.Time { return time.Now().Add(time.Duration(m.slept.Load())) }
+func (m *machine) database() time.Time { return m.db.now() }
 
-func (m *machine) suspend(d time.Duration) { m.slept.Add(int64(d)) }
+func (m *machine) suspend(d time.Duration) {
+	m.slept.Add(int64(d))
+	m.db.jump(d)
+}
 
 func (m *machine) flag(t *testing.T, s leadership.Store, process string) *leadership.Flag {
 	return build(t, s, process, func(b *leadership.FlagBuilder) { leadership.SetClocksForTest(b, m.clocks) })
