@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -386,5 +387,36 @@ func TestServerDownAtBuild(t *testing.T) {
 func TestNewRejectsNilPool(t *testing.T) {
 	if _, err := postgres.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestDirtySchemaFailsBuild marks the version dirty, as a golang-migrate
+// run that failed half-way leaves it: Build fails at once and says how to
+// fix it.
+func TestDirtySchemaFailsBuild(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := leadership.NewFlag().Store(s).Name("f").Build(ctx)
+	var dirty migrate.ErrDirty
+	if err == nil || !errors.As(err, &dirty) {
+		t.Fatalf("Build on a dirty schema = %v, want an error wrapping migrate.ErrDirty", err)
+	}
+	for _, want := range []string{"dirty", "migrations/postgres/0001_*.up.sql", "UPDATE leadership_schema_migrations SET dirty = false", "leadership migrate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Build error %q does not name the fix (%q)", err, want)
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Build took %v to fail on a dirty schema", took)
 	}
 }
