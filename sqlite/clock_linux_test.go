@@ -18,7 +18,35 @@ import (
 // TestMain), for TestHostClockIgnoresTimeNamespaces.
 const envPrintClock = "LEADERSHIP_SQLITE_PRINT_CLOCK"
 
+// envUnshared makes the test binary call unshare(CLONE_NEWTIME), read the
+// host clock and print the error (see TestMain).
+const envUnshared = "LEADERSHIP_SQLITE_UNSHARED"
+
+// TestHostClockRefusesUnknownOffsets: between unshare(CLONE_NEWTIME) and
+// the next exec a process cannot read its own offsets; the store refuses.
+func TestHostClockRefusesUnknownOffsets(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envUnshared+"=1")
+	out, err := cmd.Output()
+	if err != nil {
+		testdb.Unavailable(t, "a time namespace (unshare(CLONE_NEWTIME), root, Linux 5.6+)", "-", string(out)+err.Error())
+	}
+	if !strings.Contains(string(out), "unshare(CLONE_NEWTIME)") {
+		t.Fatalf("host clock after unshare without exec: %q, want an error naming unshare(CLONE_NEWTIME)", out)
+	}
+}
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envUnshared) == "1" {
+		if err := unix.Unshare(unix.CLONE_NEWTIME); err != nil {
+			fmt.Println("unshare:", err)
+			os.Exit(2)
+		}
+		_, err := sqlite.HostMillis()
+		fmt.Println(err)
+		os.Exit(0)
+	}
 	if os.Getenv(envPrintClock) == "1" {
 		host, err := sqlite.HostMillis()
 		if err != nil {

@@ -43,6 +43,9 @@ func openClocked(t *testing.T, path string, c *sqlite.FakeClock) *sqlite.Store {
 	return s
 }
 
+// anchorSlack is how far reported instants may lag the wall clock.
+const anchorSlack = time.Second
+
 func acquire(t *testing.T, s leadership.Store, holder string, version int64, lease time.Duration) leadership.Result {
 	t.Helper()
 	res, err := s.Acquire(context.Background(), leadership.Request{Name: "f", Holder: holder, Version: version, Lease: lease})
@@ -71,6 +74,9 @@ func TestWallClockStepForwardKeepsTheTerm(t *testing.T) {
 	}
 	if left := b.ExpiresAt.Sub(b.Now); left <= lease-10*time.Second || left > lease {
 		t.Errorf("reported time left = %v, want about %v (the follower schedules its next attempt by it)", left, lease)
+	}
+	if d := b.Now.Sub(c.Wall()); d < -anchorSlack || d > anchorSlack {
+		t.Errorf("reported Now is %v off the wall clock after its step, want the reports to follow it", d)
 	}
 	if r := acquire(t, s[0], "a", a.Version, lease); !r.Acquired {
 		t.Fatalf("a could not renew after the step: %+v", r)

@@ -71,6 +71,13 @@ func (c *FakeClock) Advance(d time.Duration) {
 	c.wallAdd += d
 }
 
+// Wall reads the wall clock without counting the read.
+func (c *FakeClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.UnixMilli(c.wall0 + (time.Since(c.start) + c.wallAdd).Milliseconds())
+}
+
 // Reads reports how often each clock was read.
 func (c *FakeClock) Reads() (host, wall int64) { return c.hostReads.Load(), c.wallReads.Load() }
 

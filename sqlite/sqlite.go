@@ -17,13 +17,56 @@
 // Without a busy timeout, attempts that meet a locked database fail with
 // SQLITE_BUSY and are retried by the flag: correct, but slower to fail over.
 //
-// # Clock and round trips
+// # Clock
 //
-// Instants are the database's unixepoch('subsec') in milliseconds, which is
-// constant within one statement. Acquire-or-renew is one conditional
-// INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING statement; when it
-// loses, a second SELECT on the same in-process database reports the holder
-// (no network round trip exists for SQLite).
+// Every process sharing a database file runs on one host (SQLite's file
+// locking does not reach across hosts), so the store judges expiry by a
+// clock of the host. Each statement reads it once, through an SQL function
+// this package registers with the driver, while SQLite executes the
+// statement: a statement that writes reads it after it has taken the write
+// lock, never before it waits for the lock.
+//
+//   - On Linux the clock is CLOCK_BOOTTIME. It never steps: an NTP step,
+//     `date -s` or a resumed VM moves the wall clock only, so they neither
+//     end a term early nor delay failover. It counts time spent in suspend.
+//     It restarts at each boot, so each row carries the kernel's boot ID
+//     (/proc/sys/kernel/random/boot_id) and a row written in an earlier
+//     boot is free at once. A process in a time namespace (unshare --time)
+//     reads CLOCK_BOOTTIME shifted by its namespace's offset; the store
+//     takes that offset off again (/proc/self/timens_offsets), so every
+//     process on the host reads one clock. [New] returns an error where it
+//     cannot read these, as in a process that has called
+//     unshare(CLONE_NEWTIME) and not exec'd since.
+//   - On other systems the clock is the wall clock. There a forward step
+//     of it larger than the flag's SafetyMargin lets a follower acquire
+//     while the holder still trusts its term, and a backward step delays
+//     failover by its size.
+//
+// The instants the store reports ([leadership.Result] Now, RenewedAt and
+// ExpiresAt, and [Store.Flags]) are the host clock shifted to read as the
+// wall clock: their differences are host-clock durations (a follower
+// waits ExpiresAt − Now), and they follow the wall clock to within a
+// second, shifting all together when it steps further.
+//
+// # Round trips
+//
+// Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
+// WHERE … RETURNING statement; when it loses, a second SELECT on the same
+// in-process database reports the holder (no network round trip exists for
+// SQLite).
+//
+// # Upgrading
+//
+// Migration 2 adds the host-clock columns to a file made by an older
+// version of this package. Rows keep their wall-clock instants too, so
+// that during a rolling upgrade older processes sharing the file judge
+// every row as before, and this version judges a row that an older process
+// wrote last by its wall-clock expiry, as that process does (a trigger
+// marks such rows). Until the last older process has stopped, a wall-clock
+// step can therefore still end a term early. An older process that starts
+// after the migration fails Build, since golang-migrate refuses a version
+// it does not know ("no migration found for version 2"), unless it builds
+// its flags with Migrate(false).
 //
 // # Notifications
 //
