@@ -97,5 +97,3 @@ func HostMillis() (int64, error) {
 	}
 	return tb.c.hostMillis(), nil
 }
-
-var ParseTimensOffsets = parseTimensOffsets

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -75,8 +76,12 @@ func (s *Store) migrateOnce(ctx context.Context, fsys fs.FS) (err error) {
 		return err
 	}
 	defer func() {
-		if err != nil {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		if err == nil {
+			return
+		}
+		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); rbErr != nil {
+			// Still inside the transaction: keep the connection out of the pool.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
 	// The version table as golang-migrate's sqlite driver makes it, so that
