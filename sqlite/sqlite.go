@@ -26,9 +26,10 @@
 // statement: a statement that writes reads it after it has taken the write
 // lock, never before it waits for the lock.
 //
-//   - On Linux the clock is CLOCK_BOOTTIME. It never steps: an NTP step,
-//     `date -s` or a resumed VM moves the wall clock only, so they neither
-//     end a term early nor delay failover. It counts time spent in suspend.
+//   - On Linux the clock is CLOCK_BOOTTIME. It never steps: an NTP step or
+//     `date -s` moves the wall clock only, so neither ends a term early nor
+//     delays failover. Like the wall clock, it counts time spent in suspend
+//     (the monotonic clock that [leadership.Flag.Raised] reads does not).
 //     It restarts at each boot, so each row carries the kernel's boot ID
 //     (/proc/sys/kernel/random/boot_id) and a row written in an earlier
 //     boot is free at once. A process in a time namespace (unshare --time)
