@@ -99,7 +99,7 @@ func (m *machine) suspend(d time.Duration) {
 }
 
 func (m *machine) flag(t *testing.T, s leadership.Store, process string) *leadership.Flag {
-	return build(t, s, process, func(b *leadership.FlagBuilder) { leadership.SetClocksForTest(b, m.clocks) })
+	return build(t, s, process, func(b *leadership.FlagBuilder) { b.ClocksForTest(m.clocks) })
 }
 
 // suspendInFlight suspends the machine after the next acquire has taken
@@ -170,7 +170,7 @@ func testResumedHolderLowers(t *testing.T, precheck func(context.Context) error)
 		cut := faultstore.Wrap(s)
 		start := time.Now()
 		a := build(t, cut, "a", func(b *leadership.FlagBuilder) {
-			leadership.SetClocksForTest(b, m.clocks)
+			b.ClocksForTest(m.clocks)
 			b.Precheck(precheck)
 		})
 		renew := testLease / 3

@@ -2,7 +2,6 @@ package leadership
 
 import (
 	"context"
-	"log/slog"
 	"time"
 )
 
@@ -55,13 +54,7 @@ func (f *Flag) lowerIfSuspended(ctx context.Context, since time.Duration) (time.
 	if now-since <= suspendTolerance {
 		return now, false
 	}
-	f.mu.Lock()
-	if f.trustedUntil.Load() != 0 {
-		f.lowerLocked("machine suspended")
-		f.log.LogAttrs(ctx, slog.LevelWarn, "machine was suspended during the trust window; lowered at once",
-			slog.Int64("version", f.version), slog.Duration("suspended", now-since))
-	}
-	f.mu.Unlock()
+	f.suspendedLower(ctx, now-since)
 	return now, true
 }
 
@@ -71,16 +64,4 @@ func (f *Flag) lowerIfSuspended(ctx context.Context, since time.Duration) (time.
 func (f *Flag) checkSuspend(ctx context.Context) time.Duration {
 	now, _ := f.lowerIfSuspended(ctx, f.susp.window)
 	return now
-}
-
-// untrusted handles an acquire or renewal whose statement may have taken
-// effect before a suspend and whose reply came after it: the term is this
-// process's in the database, but its window may already be over there, so
-// the flag stays lowered and the next attempt renews it from a new send.
-func (f *Flag) untrusted(res Result) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.holder = res.Holder
-	f.lowerLocked("machine suspended while the attempt was in flight")
-	f.version = res.Version
 }
