@@ -350,5 +350,5 @@ func TestDirtySchemaFailsBuild(t *testing.T) {
 	if _, err := db.Exec(`UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
 		t.Fatal(err)
 	}
-	testdb.CheckDirtyBuild(t, s, "mysql", 2)
+	testdb.CheckDirtyBuild(t, s, "mysql", 4)
 }
