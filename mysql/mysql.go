@@ -88,11 +88,14 @@ import (
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
 // it with [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
+	db         *sql.DB
+	hub        notify.Hub
+	noRoutines bool // statement mode: see WithoutRoutines
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
+	upsert  *sql.Stmt // statement mode: the upsert and the read of the row,
+	readRow *sql.Stmt // prepared at their first use
 }
 
 var (
@@ -100,9 +103,23 @@ var (
 	_ leadership.ReleaseNotifier = (*Store)(nil)
 )
 
-// Option configures a Store. There are none yet; the parameter keeps New's
-// signature stable.
+// Option configures a Store.
 type Option func(*Store)
+
+// WithoutRoutines selects statement mode, for servers that have no stored
+// routines (PlanetScale, TiDB, sharded Vitess keyspaces) or refuse to
+// create one for the user (binary logging without
+// log_bin_trust_function_creators: errors 1418 and 1419). Acquire then
+// sends the upsert of the procedure as plain statements in a short
+// transaction of its own (START TRANSACTION, the upsert, a read of the row
+// and of LAST_INSERT_ID, COMMIT): four round trips instead of one, with the
+// same outcome, committed before the reply is trusted whatever the
+// session's autocommit. The application user needs only SELECT, INSERT,
+// UPDATE on leadership_flags (and SELECT on leadership_schema_migrations),
+// and [Store.Migrate] creates no routine. Both modes work on one database
+// at once: a database migrated in statement mode gets the procedure at the
+// first Migrate in routine mode.
+func WithoutRoutines() Option { return func(s *Store) { s.noRoutines = true } }
 
 // New returns a store on db, a database opened with the "mysql" driver of
 // github.com/go-sql-driver/mysql. It never closes db. The schema is applied
@@ -128,6 +145,9 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		return leadership.Result{}, err
 	}
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
+	if s.noRoutines {
+		return s.acquireStatements(ctx, req, micros)
+	}
 	stmt, err := s.acquireStmt(ctx)
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)

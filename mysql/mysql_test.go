@@ -40,9 +40,9 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 	return db
 }
 
-func newStore(t testing.TB, db *sql.DB) *mysql.Store {
+func newStore(t testing.TB, db *sql.DB, opts ...mysql.Option) *mysql.Store {
 	t.Helper()
-	s, err := mysql.New(db)
+	s, err := mysql.New(db, opts...)
 	if err != nil {
 		t.Fatalf("mysql.New: %v", err)
 	}
@@ -92,8 +92,25 @@ func freshDatabase(t testing.TB, dsn string, params map[string]string) string {
 
 // runSuite runs the store suite on dsn, every store with a *sql.DB of its
 // own, as separate processes have.
-func runSuite(t *testing.T, dsn string) {
-	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+func runSuite(t *testing.T, dsn string, opts ...mysql.Option) {
+	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn), opts...) })
+}
+
+// modes are the store's two ways to acquire: the procedure (the default)
+// and plain statements (WithoutRoutines).
+var modes = []struct {
+	name string
+	opts []mysql.Option
+}{{"routine", nil}, {"statement", []mysql.Option{mysql.WithoutRoutines()}}}
+
+// inModes runs test once in each mode, in parallel subtests.
+func inModes(t *testing.T, test func(t *testing.T, opts ...mysql.Option)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, m.opts...)
+		})
+	}
 }
 
 func isMariaDB(t testing.TB, db *sql.DB) bool {
