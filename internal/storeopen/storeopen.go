@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -92,7 +93,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 		}
 		return &Opened{Store: s, Kind: kind, close: pool.Close}, nil
 	default:
-		native, err := MySQLNative(dsn)
+		native, opts, err := mysqlNative(dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +101,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mysql: %v", err)
 		}
-		s, err := mysql.New(db)
+		s, err := mysql.New(db, opts...)
 		if err != nil {
 			db.Close()
 			return nil, err
@@ -110,24 +111,56 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 }
 
 // MySQLNative turns mysql://USER:PASS@HOST:PORT/DB?PARAMS into
-// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?PARAMS, checking it.
+// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?PARAMS, checking it. The
+// store's own parameter routines is checked and left out.
 func MySQLNative(dsn string) (string, error) {
+	native, _, err := mysqlNative(dsn)
+	return native, err
+}
+
+// RoutinesParam is the parameter of a mysql:// DSN that selects the mysql
+// store's mode: routines=false is statement mode ([mysql.WithoutRoutines]),
+// routines=true (the default) the stored procedure.
+const RoutinesParam = "routines"
+
+// mysqlNative is MySQLNative, also returning the store's options the DSN
+// selects.
+func mysqlNative(dsn string) (string, []mysql.Option, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: mysql DSN %q: %s: want mysql://USER:PASS@HOST:PORT/DB?PARAMS", leadership.ErrInvalidArgument, Redact(dsn), why)
 	}
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return "", bad("not a URL") // url's error would show the password
+		return "", nil, bad("not a URL") // url's error would show the password
 	}
+	var opts []mysql.Option
+	var params []string
+	for _, p := range strings.Split(u.RawQuery, "&") {
+		key, value, _ := strings.Cut(p, "=")
+		if key != RoutinesParam {
+			if p != "" {
+				params = append(params, p)
+			}
+			continue
+		}
+		routines, err := strconv.ParseBool(value)
+		if err != nil {
+			return "", nil, bad(fmt.Sprintf("%s=%q: want %s=false (statement mode: no stored procedure) or %s=true", RoutinesParam, value, RoutinesParam, RoutinesParam))
+		}
+		if !routines {
+			opts = []mysql.Option{mysql.WithoutRoutines()}
+		}
+	}
+	u.RawQuery = strings.Join(params, "&")
 	if u.Scheme != "mysql" {
-		return "", bad("scheme is not mysql")
+		return "", nil, bad("scheme is not mysql")
 	}
 	if u.Host == "" {
-		return "", bad("no host")
+		return "", nil, bad("no host")
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return "", bad("no database name")
+		return "", nil, bad("no database name")
 	}
 	cfg := gomysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, db
@@ -147,9 +180,9 @@ func MySQLNative(dsn string) (string, error) {
 		if cfg.Passwd != "" { // replacing "" would put xxxxx between every two characters
 			why = strings.ReplaceAll(why, cfg.Passwd, "xxxxx")
 		}
-		return "", bad(why)
+		return "", nil, bad(why)
 	}
-	return native, nil
+	return native, opts, nil
 }
 
 // MySQLURL is the inverse of [MySQLNative] for a TCP address: it turns
