@@ -290,8 +290,8 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
 		out = nil
 		rows, err := tx.QueryContext(ctx, `
-SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
-FROM (SELECT `+nowMicros+` AS now) c LEFT JOIN leadership_flags f ON TRUE
+SELECT c.clock, f.name, f.holder, f.version, f.renewed_at, f.expires_at
+FROM (SELECT `+nowMicros+` AS clock) c LEFT JOIN leadership_flags f ON TRUE
 ORDER BY f.name`)
 		if err != nil {
 			return err
