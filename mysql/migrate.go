@@ -74,7 +74,7 @@ func (s *Store) describeMigrate(what string, err error) error {
 	return describe(what, err)
 }
 
-var errNumberRE = regexp.MustCompile(`Error (\d{4}) \(`)
+var errNumberRE = regexp.MustCompile(`\bError (\d{4})\b`)
 
 // ensureRoutine creates the procedure when the migrations are applied but
 // it is missing: the database was migrated in statement mode, whose
