@@ -282,7 +282,7 @@ func (f *Flag) raiseLocked() {
 	f.raised = true
 	f.termCtx, f.termCancel = context.WithCancel(context.WithoutCancel(f.loopCtx))
 	close(f.raisedCh)
-	f.m.setState(true)
+	f.m.setState(true, f.version)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag raised", slog.Int64("version", f.version))
 	if f.c.onRaise != nil {
 		go f.c.onRaise(f.termCtx)
@@ -302,7 +302,7 @@ func (f *Flag) lowerLocked(reason string) {
 	f.raised = false
 	f.termCancel()
 	f.raisedCh = make(chan struct{})
-	f.m.setState(false)
+	f.m.setState(false, 0)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag lowered", slog.String("reason", reason), slog.Int64("version", f.version))
 	if f.c.onLower != nil {
 		f.events.post(f.c.onLower)
