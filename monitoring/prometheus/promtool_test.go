@@ -53,6 +53,7 @@ func promtool(t *testing.T, stdin string, args ...string) string {
 }
 
 func TestRulesAreValid(t *testing.T) {
+	t.Parallel()
 	out := promtool(t, "", "check", "rules", "rules.yml")
 	t.Log(out)
 }
@@ -60,6 +61,7 @@ func TestRulesAreValid(t *testing.T) {
 // TestRulesUnitTests runs rules_tests.yml: series that must and must not
 // fire each alert, including the moment of a graceful handover.
 func TestRulesUnitTests(t *testing.T) {
+	t.Parallel()
 	out := promtool(t, "", "test", "rules", "rules_tests.yml")
 	t.Log(out)
 }
