@@ -31,7 +31,7 @@ const (
 	// seconds, constant while the flag is open.
 	MetricRenewInterval = "leadership_flag_renew_interval_seconds"
 	// MetricToken is a gauge: the fencing token of the term while the flag
-	// is raised (as [Flag.Token] reports it), 0 while it is lowered.
+	// is raised, 0 once it is lowered; it changes when MetricState does.
 	MetricToken = "leadership_flag_token"
 	// MetricHealthy is a gauge computed when scraped: 1 when [Flag.Check]
 	// returns nil, 0 when it reports overdue renewals or a stalled loop.
