@@ -22,8 +22,9 @@
 // default), postgres (pgx v5) and mysql (MySQL and MariaDB) implement it;
 // memstore is an in-memory store for tests. Package storetest is the
 // conformance suite every store passes. Stores apply their schema (package
-// migrations) with golang-migrate at [FlagBuilder.Build] unless
-// [FlagBuilder.Migrate] is false.
+// migrations, in golang-migrate's format) at [FlagBuilder.Build] unless
+// [FlagBuilder.Migrate] is false; a version that a failed migration left
+// dirty fails Build with an error that says how to fix it.
 //
 // # Guarantees
 //
@@ -56,7 +57,7 @@
 //     least every PollInterval, so a crashed holder is replaced about one
 //     lease after its last renewal. PollInterval is Lease/3 by default,
 //     capped at 2 s unless the store notifies releases to every process
-//     ([CrossProcessNotifier]: postgres).
+//     (postgres; see [ReleaseNotifier]).
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
@@ -78,7 +79,11 @@
 //     database clock does not jump backwards, and it runs at most
 //     Lease/(Lease−SafetyMargin) times as fast as any process's monotonic
 //     clock (11% with the default margin, far above real drift). Wall-clock
-//     jumps of a process do not matter: it uses its monotonic clock.
+//     jumps of a process do not matter: it uses its monotonic clock. On
+//     SQLite the database clock is the host's: on Linux CLOCK_BOOTTIME,
+//     which wall-clock steps do not move; on other systems the wall clock,
+//     whose steps are then steps of the database clock (see package
+//     sqlite).
 //   - A Store with a different contract voids the guarantees; use
 //     package storetest on your own stores.
 //

@@ -3,10 +3,10 @@ package gocronflag_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -15,8 +15,12 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/gocronflag"
 	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/memstore"
 )
+
+// The tests run in virtual time (testing/synctest) on the in-memory store:
+// the flags, the lockers and gocron's schedulers advance without real
+// sleeps.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -29,13 +33,17 @@ type run struct {
 }
 
 func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	cut := faultstore.Wrap(testdb.SQLite(t, path))
+	synctest.Test(t, testElectorMovesSafely)
+}
+
+func testElectorMovesSafely(t *testing.T) {
+	db := memstore.New()
+	cut := faultstore.Wrap(db)
 	var flags []*leadership.Flag
 	for i := range 3 {
 		store := leadership.Store(cut)
 		if i > 0 {
-			store = testdb.SQLite(t, path)
+			store = db
 		}
 		f, err := leadership.NewFlag().Store(store).Name("jobs").Lease(lease).PollInterval(100 * time.Millisecond).Build(context.Background())
 		if err != nil {
@@ -100,13 +108,17 @@ func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
 }
 
 func TestElectorNamesTheHolder(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	a, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-a").Build(context.Background())
+	synctest.Test(t, testElectorNamesTheHolder)
+}
+
+func testElectorNamesTheHolder(t *testing.T) {
+	db := memstore.New()
+	a, err := leadership.NewFlag().Store(db).Name("n").Process("host-a").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-b").Build(context.Background())
+	b, err := leadership.NewFlag().Store(db).Name("n").Process("host-b").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,11 @@ func TestElectorNamesTheHolder(t *testing.T) {
 }
 
 func TestLockerExcludesConcurrentRuns(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
+	synctest.Test(t, testLockerExcludesConcurrentRuns)
+}
+
+func testLockerExcludesConcurrentRuns(t *testing.T) {
+	db := memstore.New()
 	type span struct {
 		scheduler  int
 		start, end time.Time
@@ -129,7 +145,7 @@ func TestLockerExcludesConcurrentRuns(t *testing.T) {
 	var mu sync.Mutex
 	var spans []span
 	for i := range 3 {
-		locker, err := gocronflag.NewLocker(context.Background(), testdb.SQLite(t, path), "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
+		locker, err := gocronflag.NewLocker(context.Background(), db, "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +186,7 @@ func TestNewLockerRejectsBadInput(t *testing.T) {
 	if _, err := gocronflag.NewLocker(context.Background(), nil, "p", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("nil store: %v", err)
 	}
-	s := testdb.SQLite(t, filepath.Join(t.TempDir(), "f.db"))
+	s := memstore.New()
 	if _, err := gocronflag.NewLocker(context.Background(), s, "", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("empty process: %v", err)
 	}
