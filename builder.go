@@ -166,6 +166,9 @@ type config struct {
 	// trustFromReply counts the trust window from the reply instead of the
 	// send: a deliberately wrong rule that the simulation must catch.
 	trustFromReply bool
+	// clocks reads the clock pair of suspend detection (suspend.go); nil
+	// means the operating system's clocks.
+	clocks clockPair
 }
 
 // config completes the defaults and checks every setting, joining one

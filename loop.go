@@ -37,6 +37,7 @@ func (f *Flag) run(delay time.Duration) {
 func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 	defer func() { f.lastAttemptDone.Store(f.now()) }()
 	if f.c.precheck != nil {
+		f.checkSuspend(ctx) // the precheck may take Timeout: lower before it
 		pctx, cancel := context.WithTimeout(ctx, f.c.timeout)
 		err := f.c.precheck(pctx)
 		cancel()
@@ -49,10 +50,12 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 	version := f.term.version
 	f.mu.Unlock()
 
+	atSend := f.checkSuspend(ctx)
 	sent := f.now() // the trust window counts from before the request leaves
 	actx, cancel := context.WithTimeout(ctx, f.c.timeout)
 	res, err := f.c.store.Acquire(actx, Request{Name: f.c.name, Holder: f.c.process, Version: version, Lease: f.c.lease})
 	cancel()
+	_, suspended := f.lowerIfSuspended(ctx, atSend)
 	seconds := time.Duration(f.now() - sent).Seconds()
 
 	if err != nil {
@@ -66,9 +69,16 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 		return f.retryDelay(version != 0), err
 	}
 	f.failures = 0
+	if res.Acquired && suspended {
+		f.m.observeAttempt("acquired", seconds)
+		f.untrusted(res)
+		f.failures++ // renew from a new send soon, with backoff if it recurs
+		return f.retryDelay(true), nil
+	}
 	if res.Acquired {
 		f.m.observeAttempt("acquired", seconds)
 		f.acquired(ctx, res, sent)
+		f.susp.window = atSend
 		return f.c.renewInterval, nil
 	}
 	f.m.observeAttempt("held_by_other", seconds)

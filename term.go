@@ -10,8 +10,8 @@ import (
 // term is the term of leadership this process holds as far as it knows,
 // with its trust window and what has been announced about it. Every
 // transition of the term is a method of [Flag] in this file: acquired,
-// lost, veto and end (from the loop and Close), and raise, lower, extend
-// and expire beneath them.
+// untrusted, suspendedLower, lost, veto and end (from the loop and Close),
+// and raise, lower, extend and expire beneath them.
 //
 // Two states must not be confused. The flag is trusted while the trust
 // window is open (trustedUntil, what [Flag.Raised] reads). It is announced
@@ -83,6 +83,33 @@ func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
 			slog.Time("expires_at", res.ExpiresAt))
 	}
 	f.raiseLocked()
+}
+
+// untrusted handles an acquire or renewal whose statement may have taken
+// effect before a suspend of the machine and whose reply came after it
+// (suspend.go): the term is this process's in the database, but its window
+// may be over there already, so the flag stays lowered and the next
+// attempt renews the term from a new send.
+func (f *Flag) untrusted(res Result) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holder = res.Holder
+	f.lowerLocked("machine suspended while the attempt was in flight")
+	f.term.version = res.Version
+}
+
+// suspendedLower lowers the flag at once because the machine was suspended
+// for slept during its trust window (suspend.go); the term is kept, to be
+// renewed from a new send if nobody took it.
+func (f *Flag) suspendedLower(ctx context.Context, slept time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.term.trustedUntil.Load() == 0 {
+		return
+	}
+	f.lowerLocked("machine suspended")
+	f.log.LogAttrs(ctx, slog.LevelWarn, "machine was suspended during the trust window; lowered at once",
+		slog.Int64("version", f.term.version), slog.Duration("suspended", slept))
 }
 
 // lost handles an attempt that found the flag held by another term.
