@@ -88,7 +88,10 @@ func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.renewInter
 // default Lease/3, at most [DefaultMaxPollInterval] unless the store
 // notifies releases to other processes ([CrossProcessNotifier], as the
 // postgres store does): there a release wakes followers at once, so the
-// poll only covers a broken notification path and stays at Lease/3.
+// poll only covers a broken notification path and stays at Lease/3. The
+// store is asked before each wait, and the cap applies again whenever it
+// reports its notifications unavailable (not yet confirmed, connection
+// lost, or never arriving, as behind a pooler in transaction mode).
 func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.pollInterval = d; return b }
 
 // Timeout bounds each database call (acquire, renew, release). Optional;
@@ -167,6 +170,9 @@ type config struct {
 	precheck      func(context.Context) error
 	onRaise       func(context.Context)
 	onLower       func()
+	// pollNotifier is the store when the poll interval is the default on a
+	// store that can notify other processes; nil otherwise.
+	pollNotifier CrossProcessNotifier
 }
 
 // config completes the defaults and checks every setting, joining one
@@ -211,6 +217,9 @@ func (b *FlagBuilder) config() (config, error) {
 		}
 	}
 	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
+	if n, ok := c.store.(CrossProcessNotifier); ok && c.pollInterval == 0 {
+		c.pollNotifier = n // the cap applies while n reports notifications unavailable
+	}
 	defaultTo(&c.pollInterval, defaultPollInterval(c.store, c.lease), "PollInterval")
 	defaultTo(&c.timeout, c.lease/5, "Timeout")
 	defaultTo(&c.safetyMargin, c.lease/10, "SafetyMargin")
@@ -233,9 +242,10 @@ func (b *FlagBuilder) config() (config, error) {
 }
 
 // defaultPollInterval is Lease/3, capped at [DefaultMaxPollInterval]
-// unless the store notifies releases to other processes.
+// unless the store can notify releases to other processes; whether its
+// notifications arrive is asked before each wait (see Flag.pollInterval).
 func defaultPollInterval(store Store, lease time.Duration) time.Duration {
-	if n, ok := store.(CrossProcessNotifier); ok && n.NotifiesOtherProcesses() {
+	if _, ok := store.(CrossProcessNotifier); ok {
 		return lease / 3
 	}
 	return min(lease/3, DefaultMaxPollInterval)

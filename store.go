@@ -91,15 +91,18 @@ type ReleaseNotifier interface {
 // CrossProcessNotifier is implemented by a [ReleaseNotifier] whose
 // notifications can reach the flags of every process sharing the database,
 // not only those of the same Store value (the postgres store: LISTEN/NOTIFY).
-// When NotifiesOtherProcesses reports true, followers need not poll for a
-// graceful release, so the default [FlagBuilder.PollInterval] of a flag on
-// that store is Lease/3 without the [DefaultMaxPollInterval] cap. Polling
-// still bounds how late a release is seen while the notification path is
-// broken.
+// The default [FlagBuilder.PollInterval] of a flag on such a store is
+// Lease/3, and the flag asks NotifiesOtherProcesses before each wait: while
+// it reports true, followers need not poll for a graceful release and wait
+// up to Lease/3; while it reports false, the [DefaultMaxPollInterval] cap
+// applies as on other stores.
 type CrossProcessNotifier interface {
 	ReleaseNotifier
-	// NotifiesOtherProcesses reports whether a release by any process
-	// sharing the database is notified to this store's subscribers.
+	// NotifiesOtherProcesses reports whether, now, a release by any process
+	// sharing the database is notified to this store's subscribers. It
+	// must be cheap (it is called before each wait of every flag) and may
+	// change: true only once the store has seen its notifications arrive,
+	// false again while its notification path is broken.
 	NotifiesOtherProcesses() bool
 }
 
