@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"time"
@@ -11,7 +13,11 @@ import (
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: the first
 // subscription starts the store's listener, the last one to end stops it.
+// With [WithoutNotifications] the channel never fires.
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	if s.noListen {
+		return nil, func() {}
+	}
 	ch, unsubscribe := s.hub.Subscribe(name)
 	s.mu.Lock()
 	s.subs++
@@ -40,11 +46,22 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
-// NotifiesOtherProcesses implements [leadership.CrossProcessNotifier]: a
-// release or eviction by any process on this database and schema sends a
-// NOTIFY that this store's listener receives, so followers keep the
-// default poll interval at Lease/3.
-func (s *Store) NotifiesOtherProcesses() bool { return true }
+// NotifiesOtherProcesses implements [leadership.CrossProcessNotifier]. It
+// reports true while the listener is connected and has received the
+// notification it sent itself through the pool after its LISTEN: a release
+// or eviction by any process on this database and schema then reaches it,
+// so followers keep the default poll interval at Lease/3. It reports false
+// before that notification arrives (and for good when it never does, as
+// behind a pooler in transaction mode), while the listener reconnects, and
+// with [WithoutNotifications]; flags then poll at most every
+// [leadership.DefaultMaxPollInterval].
+func (s *Store) NotifiesOtherProcesses() bool { return s.delivered.Load() }
+
+// ProbeTimeout is how long the listener waits for the notification it
+// sends itself before it logs (Warn) that notifications do not arrive.
+// Until that notification arrives, [Store.NotifiesOtherProcesses]
+// reports false whatever the time.
+const ProbeTimeout = 5 * time.Second
 
 // listen keeps one LISTEN connection until ctx ends, reconnecting with
 // backoff, and wakes the subscribers of each released flag of this schema.
@@ -95,15 +112,54 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 			s.hub.Notify(name)
 		}
 	}
+	// The probe goes through the pool, not this connection: behind a
+	// pooler in transaction mode a NOTIFY sent on the listening client
+	// could run on the very server session that executed the LISTEN and
+	// come back to it, while notifications of other sessions never do.
+	token, err := s.probe(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.delivered.Store(false)
+	warn := time.AfterFunc(ProbeTimeout, func() {
+		if !s.delivered.Load() {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications do not arrive (is a pooler in transaction mode, such as PgBouncer, in between?): flags poll instead; postgres.WithoutNotifications() stops listening",
+				slog.Duration("waited", ProbeTimeout))
+		}
+	})
+	defer warn.Stop()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		var p struct{ Schema, Name string }
-		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Schema != schema {
+		var p struct{ Schema, Name, Probe string }
+		if json.Unmarshal([]byte(n.Payload), &p) != nil {
 			continue
 		}
-		s.hub.Notify(p.Name)
+		if p.Probe != "" {
+			if p.Probe == token && !s.delivered.Swap(true) {
+				s.logger.LogAttrs(ctx, slog.LevelDebug, "release notifications arrive")
+			}
+			continue
+		}
+		if p.Schema == schema {
+			s.hub.Notify(p.Name)
+		}
 	}
+}
+
+// probe sends, through the pool, a notification on [Channel] that only
+// this listener recognizes, and returns its token.
+func (s *Store) probe(ctx context.Context) (string, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	payload, _ := json.Marshal(struct {
+		Probe string `json:"probe"`
+	}{token})
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel, string(payload)); err != nil {
+		return "", describe("send the listener's probe notification", err)
+	}
+	return token, nil
 }

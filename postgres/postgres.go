@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +57,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Channel is the NOTIFY channel of releases and evictions.
@@ -67,7 +69,10 @@ type Store struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
-	hub notify.Hub
+	hub       notify.Hub
+	noListen  bool        // WithoutNotifications
+	delivered atomic.Bool // the listener's probe arrived on its current connection
+	migrated  schema.Once
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases
@@ -76,8 +81,8 @@ type Store struct {
 }
 
 var (
-	_ leadership.Store           = (*Store)(nil)
-	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.Store                = (*Store)(nil)
+	_ leadership.CrossProcessNotifier = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -86,6 +91,17 @@ type Option func(*Store)
 // WithLogger sets where the listener logs its connection problems (Warn)
 // and reconnections (Info). Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
+
+// WithoutNotifications turns the LISTEN side of release notifications
+// off: the store keeps no listening connection, and its flags poll at most
+// every [leadership.DefaultMaxPollInterval] (by default), so a graceful
+// handover takes up to one poll interval. Use it behind a pooler in
+// transaction mode (PgBouncer pool_mode=transaction, RDS Proxy), where a
+// LISTEN receives nothing; the store detects that by itself (see
+// [Store.NotifiesOtherProcesses]), but would still hold a connection that
+// listens in vain. Release and Evict still send their NOTIFY, for the
+// listeners of processes connected directly.
+func WithoutNotifications() Option { return func(s *Store) { s.noListen = true } }
 
 // New returns a store on pool. It never closes the pool; close the pool
 // after the flags that use the store.

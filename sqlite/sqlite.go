@@ -46,14 +46,16 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 	"github.com/dbflag/leadership/migrations"
 )
 
 // Store is the SQLite store. It is safe for concurrent use; create it with
 // [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
+	db       *sql.DB
+	hub      notify.Hub
+	migrated schema.Once
 }
 
 var (
@@ -133,8 +135,11 @@ const nowMillis = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
 
 // Migrate applies the embedded migrations with golang-migrate into the
 // table [migrations.MigrationsTable] and checks the flag table's shape. It
-// does not close the database.
-func (s *Store) Migrate(ctx context.Context) error {
+// does not close the database. Once a call has succeeded, later calls on
+// the same Store return nil without touching the database.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+
+func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("sqlite: connect: %w", err)
 	}
