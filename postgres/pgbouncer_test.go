@@ -288,3 +288,15 @@ func TestMigrateOncePerStore(t *testing.T) {
 		t.Fatalf("3 Builds took %v while the migration lock was held elsewhere", took)
 	}
 }
+
+// TestPgBouncerRefusesSearchPath pins the reason the tests above use the
+// public schema, which the README repeats: PgBouncer 1.18 refuses
+// search_path as a startup parameter.
+func TestPgBouncerRefusesSearchPath(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, withParam(t, testdb.PgBouncer(t), "search_path", "jobs"))
+	err := pool.Ping(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") {
+		t.Fatalf("Ping through PgBouncer with search_path = %v, want unsupported startup parameter", err)
+	}
+}

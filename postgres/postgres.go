@@ -40,6 +40,25 @@
 // never wake each other's flags wrongly. If the listening connection
 // breaks, the flags go on polling and the listener reconnects with backoff,
 // waking every flag once when it is back in case a release was missed.
+//
+// After each LISTEN the listener sends itself a notification through the
+// pool, and the store reports its notifications available
+// ([Store.NotifiesOtherProcesses]) only once that notification has
+// arrived: behind a pooler in transaction mode (PgBouncer, RDS Proxy) a
+// LISTEN receives nothing, and flags on the default poll interval then poll
+// every [leadership.DefaultMaxPollInterval] instead of Lease/3; the store
+// logs a warning after [ProbeTimeout]. [WithoutNotifications] turns
+// listening off.
+//
+// # Poolers
+//
+// Through PgBouncer in transaction mode, set
+// default_query_exec_mode=simple_protocol (or exec) in the DSN: pgx's
+// default statement cache needs prepared statements that outlive a
+// transaction (PgBouncer 1.21 or later with max_prepared_statements), and
+// otherwise fails with an error that names this setting. Apply the
+// migrations over a direct connection (golang-migrate's advisory lock is
+// session-level) and build flags with Migrate(false).
 package postgres
 
 import (
