@@ -287,6 +287,28 @@ func TestMigrateOncePerStore(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("3 Builds took %v while the migration lock was held elsewhere", took)
 	}
+
+	// What a store that has not migrated yet meets: golang-migrate waits
+	// for the lock without heeding the caller's context.
+	fresh := newStore(t, newPool(t, dsn))
+	short, cancelShort := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelShort()
+	done := make(chan error, 1)
+	go func() { done <- fresh.Migrate(short) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Migrate on a new store returned (%v) while the lock was held elsewhere; the README says it waits", err)
+	case <-time.After(3 * time.Second):
+	}
+	if _, err := holder.Exec(context.Background(), `SELECT pg_advisory_unlock($1::bigint)`, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Logf("Migrate on a new store, once the lock was free: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Migrate still waits 30 s after the lock was released")
+	}
 }
 
 // TestPgBouncerRefusesSearchPath pins the reason the tests above use the
