@@ -51,9 +51,10 @@ type migratedDirectly struct {
 
 func (s migratedDirectly) Migrate(ctx context.Context) error { return s.direct.Migrate(ctx) }
 
-// TestConformanceThroughPgBouncer runs the whole store suite through
-// PgBouncer in transaction mode, with the two pgx exec modes that need no
-// prepared statement kept between transactions.
+// TestConformanceThroughPgBouncer runs the store suite through PgBouncer
+// in transaction mode, with the two pgx exec modes that need no prepared
+// statement kept between transactions: all of it with the simple protocol,
+// the Store contract with exec.
 func TestConformanceThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"simple_protocol", "exec"} {
@@ -61,9 +62,14 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 			t.Parallel()
 			dsn := bouncer(t, mode)
 			direct := newStore(t, newPool(t, testdb.Postgres(t)))
-			storetest.Run(t, func(t testing.TB) leadership.Store {
+			open := func(t testing.TB) leadership.Store {
 				return migratedDirectly{Store: newStore(t, newPool(t, dsn)), direct: direct}
-			})
+			}
+			if mode == "simple_protocol" {
+				storetest.Run(t, open)
+			} else {
+				storetest.RunContract(t, open)
+			}
 		})
 	}
 }
