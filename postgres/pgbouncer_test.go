@@ -42,6 +42,10 @@ func bouncer(t *testing.T, execMode string) string {
 	return dsn
 }
 
+// maxPoll caps the default poll interval of a flag whose store reports its
+// notifications unavailable (see leadership.FlagBuilder.PollInterval).
+const maxPoll = 2 * time.Second
+
 // migratedDirectly is a store behind the pooler whose Migrate applies the
 // schema over a direct connection, as the deployment recipe does.
 type migratedDirectly struct {
@@ -176,7 +180,7 @@ func TestWithoutNotificationsKeepsNoListener(t *testing.T) {
 // TestHandoverThroughPgBouncer measures graceful handovers at the default
 // settings (lease 15 s) between two processes behind PgBouncer in
 // transaction mode. Notifications do not arrive there, so the follower
-// must poll at DefaultMaxPollInterval (2 s), not Lease/3 (5 s): each
+// must poll every maxPoll (2 s), not Lease/3 (5 s): each
 // handover ends within 2 s of the follower's last attempt.
 func TestHandoverThroughPgBouncer(t *testing.T) {
 	t.Parallel()
@@ -199,17 +203,17 @@ func TestHandoverThroughPgBouncer(t *testing.T) {
 			t.Fatal("want the first flag leading")
 		}
 		// Close at a different point of the follower's poll each round.
-		time.Sleep(time.Duration(i) * leadership.DefaultMaxPollInterval / rounds)
+		time.Sleep(time.Duration(i) * maxPoll / rounds)
 		start := time.Now()
 		if err := leader.Close(); err != nil {
 			t.Fatal(err)
 		}
-		limit := leadership.DefaultMaxPollInterval + time.Second
+		limit := maxPoll + time.Second
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		err := follower.Wait(ctx)
 		cancel()
 		if err != nil {
-			t.Fatalf("round %d: no handover within %v (DefaultMaxPollInterval + 1 s): the follower did not fall back to the short poll", i, limit)
+			t.Fatalf("round %d: no handover within %v (2 s + 1 s): the follower did not fall back to the short poll", i, limit)
 		}
 		took = append(took, time.Since(start))
 	}

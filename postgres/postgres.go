@@ -46,7 +46,7 @@
 // ([Store.NotifiesOtherProcesses]) only once that notification has
 // arrived: behind a pooler in transaction mode (PgBouncer, RDS Proxy) a
 // LISTEN receives nothing, and flags on the default poll interval then poll
-// every [leadership.DefaultMaxPollInterval] instead of Lease/3; the store
+// every 2 s instead of Lease/3; the store
 // logs a warning after [ProbeTimeout]. [WithoutNotifications] turns
 // listening off.
 //
@@ -100,8 +100,8 @@ type Store struct {
 }
 
 var (
-	_ leadership.Store                = (*Store)(nil)
-	_ leadership.CrossProcessNotifier = (*Store)(nil)
+	_ leadership.Store           = (*Store)(nil)
+	_ leadership.ReleaseNotifier = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -113,7 +113,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } 
 
 // WithoutNotifications turns the LISTEN side of release notifications
 // off: the store keeps no listening connection, and its flags poll at most
-// every [leadership.DefaultMaxPollInterval] (by default), so a graceful
+// every 2 s (by default), so a graceful
 // handover takes up to one poll interval. Use it behind a pooler in
 // transaction mode (PgBouncer pool_mode=transaction, RDS Proxy), where a
 // LISTEN receives nothing; the store detects that by itself (see

@@ -12,18 +12,20 @@ import (
 
 // runDefaults checks a flag built with every optional setting at its
 // default: the poll interval it chose for this store, and a graceful
-// handover between two processes with it. On a store that can notify
-// releases to other processes ([leadership.CrossProcessNotifier]) the poll
-// interval is Lease/3; when the follower's store then reports that its
-// notifications arrive, the handover must come from the notification, well
-// before the next poll, and otherwise within the capped poll interval
-// [leadership.DefaultMaxPollInterval].
+// handover between two processes with it. The poll interval is Lease/3,
+// capped at 2 s (both as documented on [leadership.FlagBuilder.PollInterval])
+// unless the store can notify other processes (it has the method
+// NotifiesOtherProcesses of [leadership.ReleaseNotifier]). When the
+// follower's store then reports that its notifications arrive, the
+// handover must come from the notification, well before the next poll;
+// when it does not, within the capped poll interval.
 func runDefaults(t *testing.T, open Open) {
 	t.Run("DefaultSettingsHandOver", func(t *testing.T) {
 		t.Parallel()
 		store := open(t)
-		_, canNotify := store.(leadership.CrossProcessNotifier)
-		wantPoll := min(leadership.DefaultLease/3, leadership.DefaultMaxPollInterval)
+		_, canNotify := store.(interface{ NotifiesOtherProcesses() bool })
+		const maxPoll = 2 * time.Second
+		wantPoll := min(leadership.DefaultLease/3, maxPoll)
 		if canNotify {
 			wantPoll = leadership.DefaultLease / 3
 		}
@@ -51,7 +53,7 @@ func runDefaults(t *testing.T, open Open) {
 		crossProcess := notifiesWithin(followerStore, 10*time.Second)
 		poll := wantPoll
 		if !crossProcess {
-			poll = min(poll, leadership.DefaultMaxPollInterval)
+			poll = min(poll, maxPoll)
 		}
 		closed := time.Now()
 		if err := leader.Close(); err != nil {
@@ -64,6 +66,21 @@ func runDefaults(t *testing.T, open Open) {
 			t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
 		}
 	})
+}
+
+// notifiesWithin waits up to limit for store to report that its release
+// notifications reach other processes, and reports whether it did.
+func notifiesWithin(store leadership.Store, limit time.Duration) bool {
+	n, ok := store.(interface{ NotifiesOtherProcesses() bool })
+	if !ok {
+		return false
+	}
+	for deadline := time.Now().Add(limit); !n.NotifiesOtherProcesses(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // startLog is a slog.Handler that keeps the "flag starting" record a flag
@@ -98,19 +115,4 @@ func (h *startLog) pollInterval() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.poll
-}
-
-// notifiesWithin waits up to limit for store to report that its release
-// notifications reach other processes, and reports whether it did.
-func notifiesWithin(store leadership.Store, limit time.Duration) bool {
-	n, ok := store.(leadership.CrossProcessNotifier)
-	if !ok {
-		return false
-	}
-	for deadline := time.Now().Add(limit); !n.NotifiesOtherProcesses(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
 }
