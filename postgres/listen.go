@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -63,6 +64,9 @@ func (s *Store) NotifiesOtherProcesses() bool { return s.delivered.Load() }
 // reports false whatever the time.
 const ProbeTimeout = 5 * time.Second
 
+// errPooled ends the listener: the pool's connections go through a pooler.
+var errPooled = errors.New("postgres: a connection pooler is in between")
+
 // listen keeps one LISTEN connection until ctx ends, reconnecting with
 // backoff, and wakes the subscribers of each released flag of this schema.
 func (s *Store) listen(ctx context.Context, exited chan<- struct{}) {
@@ -70,6 +74,9 @@ func (s *Store) listen(ctx context.Context, exited chan<- struct{}) {
 	backoff := 100 * time.Millisecond
 	for first := true; ; first = false {
 		err := s.listenOnce(ctx, !first)
+		if errors.Is(err, errPooled) {
+			<-ctx.Done() // notifications stay unavailable; the flags poll
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -99,9 +106,21 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	var schema string
-	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+	var (
+		schema string
+		pid    uint32
+	)
+	if err := conn.QueryRow(ctx, `SELECT current_schema(), pg_backend_pid()`).Scan(&schema, &pid); err != nil {
 		return err
+	}
+	if pid != conn.PgConn().PID() {
+		// The server session is not the one the connection announced: a
+		// pooler (PgBouncer, RDS Proxy) multiplexes sessions. A LISTEN there
+		// would stay on a server session that other clients then use, and
+		// PgBouncer 1.18 was seen to crash on the notifications it gets for
+		// such a session; so the store never listens through one.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications are off: a connection pooler is in between (the server's backend pid differs from the connection's); flags poll instead; postgres.WithoutNotifications() says so explicitly")
+		return errPooled
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return err
@@ -123,7 +142,7 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 	defer s.delivered.Store(false)
 	warn := time.AfterFunc(ProbeTimeout, func() {
 		if !s.delivered.Load() {
-			s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications do not arrive (is a pooler in transaction mode, such as PgBouncer, in between?): flags poll instead; postgres.WithoutNotifications() stops listening",
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications do not arrive (is a connection pooler in between?): flags poll instead; postgres.WithoutNotifications() stops listening",
 				slog.Duration("waited", ProbeTimeout))
 		}
 	})

@@ -101,12 +101,15 @@ func (h *logRecorder) has(prefix string) bool {
 }
 
 // TestDetectsThatNotificationsDoNotArriveThroughPgBouncer checks that a
-// store listening through a pooler in transaction mode reports its
-// notifications unavailable (so flags poll at the short interval) and
-// warns, while a store connected directly reports them available.
+// store behind a pooler in transaction mode reports its notifications
+// unavailable (so flags poll at the short interval), warns, and never
+// runs LISTEN there, while a store connected directly reports them
+// available.
 func TestDetectsThatNotificationsDoNotArriveThroughPgBouncer(t *testing.T) {
 	t.Parallel()
-	dsn := bouncer(t, "simple_protocol")
+	// One server connection behind the pooler, so that any client of it
+	// sees whether the store made that server session LISTEN.
+	dsn := singleServer(t, bouncer(t, "simple_protocol"))
 	rec := &logRecorder{}
 	pooled, err := postgres.New(newPool(t, dsn), postgres.WithLogger(slog.New(rec)))
 	if err != nil {
@@ -136,7 +139,7 @@ func TestDetectsThatNotificationsDoNotArriveThroughPgBouncer(t *testing.T) {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
 	deadline = time.Now().Add(postgres.ProbeTimeout + 2*time.Second)
-	for !rec.has("WARN release notifications do not arrive") {
+	for !rec.has("WARN release notifications") {
 		if pooled.NotifiesOtherProcesses() {
 			t.Fatal("the store behind PgBouncer (transaction mode) reports its release notifications available")
 		}
@@ -153,6 +156,30 @@ func TestDetectsThatNotificationsDoNotArriveThroughPgBouncer(t *testing.T) {
 	if pooled.NotifiesOtherProcesses() {
 		t.Fatal("the store behind PgBouncer reports its release notifications available")
 	}
+	// A LISTEN through the pooler would have stayed on the server session
+	// that other clients use.
+	var channels []string
+	if err := newPool(t, dsn).QueryRow(context.Background(), `SELECT coalesce(array_agg(c), '{}') FROM pg_listening_channels() c`).Scan(&channels); err != nil {
+		t.Fatal(err)
+	}
+	if len(channels) != 0 {
+		t.Fatalf("the server session behind PgBouncer listens on %q: the store ran LISTEN through the pooler", channels)
+	}
+	if !rec.has("WARN release notifications are off: a connection pooler") {
+		t.Errorf("no warning naming the pooler; logged: %q", rec.msgs)
+	}
+}
+
+// singleServer returns the PgBouncer DSN on its database of one server
+// connection, where every client shares one server session.
+func singleServer(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path += "_single"
+	return u.String()
 }
 
 // TestWithoutNotificationsKeepsNoListener checks the explicit option: no
@@ -229,13 +256,8 @@ func TestHandoverThroughPgBouncer(t *testing.T) {
 // one session. The store's error must name the DSN setting that fixes it.
 func TestStatementCacheThroughPgBouncerNamesTheFix(t *testing.T) {
 	t.Parallel()
-	dsn := bouncer(t, "")
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path += "_single" // one server connection: every client shares its session
-	a, b := newStore(t, newPool(t, u.String())), newStore(t, newPool(t, u.String()))
+	dsn := singleServer(t, bouncer(t, ""))
+	a, b := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
 	name := "stmtcache-" + randomHex()
 	var errs []error
 	for _, s := range []*postgres.Store{a, b, a, b} {
