@@ -41,14 +41,16 @@
 // breaks, the flags go on polling and the listener reconnects with backoff,
 // waking every flag once when it is back in case a release was missed.
 //
-// After each LISTEN the listener sends itself a notification through the
-// pool, and the store reports its notifications available
-// ([Store.NotifiesOtherProcesses]) only once that notification has
-// arrived: behind a pooler in transaction mode (PgBouncer, RDS Proxy) a
-// LISTEN receives nothing, and flags on the default poll interval then poll
-// every 2 s instead of Lease/3; the store
-// logs a warning after [ProbeTimeout]. [WithoutNotifications] turns
-// listening off.
+// Behind a pooler in transaction mode (PgBouncer, RDS Proxy) a LISTEN
+// receives nothing and stays on a server session other clients use, so the
+// listener never runs LISTEN when the server's backend pid differs from the
+// one the connection announced (a pooler multiplexes sessions); it logs a
+// warning instead. Otherwise, after each LISTEN it sends itself a
+// notification through the pool, and the store reports its notifications
+// available ([Store.NotifiesOtherProcesses]) only once that notification
+// has arrived (it warns after [ProbeTimeout] without it). While they are
+// unavailable, flags on the default poll interval poll every 2 s instead
+// of Lease/3. [WithoutNotifications] turns listening off.
 //
 // # Poolers
 //
