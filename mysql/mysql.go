@@ -83,13 +83,15 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
 // it with [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
+	db       *sql.DB
+	hub      notify.Hub
+	migrated schema.Once
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use

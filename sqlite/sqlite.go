@@ -91,14 +91,16 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the SQLite store. It is safe for concurrent use; create it with
 // [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
-	tb  *timebase
+	db       *sql.DB
+	hub      notify.Hub
+	tb       *timebase
+	migrated schema.Once
 }
 
 var (
