@@ -74,6 +74,9 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		stop() // run handles its signals itself: it forwards them to the child
 		return runCommand(rest, stderr)
+	case watchdogName: // started by run, not listed in the usage
+		stop()
+		return watchdogCommand(rest, stderr)
 	case "status":
 		return statusCommand(ctx, rest, stdout, stderr)
 	case "release":
