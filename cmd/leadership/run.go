@@ -36,11 +36,24 @@ const runExamples = `  # A daemon that must run on exactly one host: start it on
   leadership run --name hello -- sh -c 'echo "$$ leads"; sleep 3'
 
 The command gets LEADERSHIP_NAME and LEADERSHIP_TOKEN (the fencing token: the
-flag's version, larger at every new term) in its environment. If leadership
-is lost while it runs (the database is unreachable for a lease, or an
-operator ran "leadership release"), it gets SIGTERM, then SIGKILL after
---grace; both happen before the lease can expire in the database, so no
-other host starts the command while this one still runs it.
+flag's version, larger at every new term) in its environment. It runs in a
+process group of its own under a watchdog process (leadership __watchdog);
+the watchdog and run are child subreapers, so every process the command
+starts stays below them, even after setsid. If leadership is lost while it
+runs (the database is unreachable for a lease, or an operator ran
+"leadership release"), or run is stopped or killed, or the command exits
+leaving processes behind, every process of the tree gets SIGTERM, then
+SIGKILL after --grace; the watchdog does it on its own clock at the end of
+the trust window, so all of it happens before the lease can expire in the
+database and no other host starts the command while this one still runs it.
+Signals sent to run are forwarded to the command's process group; before the
+command starts (connecting, waiting) they end run with 128+N.
+
+Not covered: run and its watchdog both killed or both stopped (if the
+watchdog and the command are resumed together after the deadline, the
+command may run a few milliseconds before the watchdog kills it); processes
+started outside the tree (systemd-run, at, ssh); processes in uninterruptible
+sleep, which die when their I/O returns. Linux only.
 `
 
 // runOptions are the flags of `leadership run`.

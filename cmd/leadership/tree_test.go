@@ -379,3 +379,40 @@ func TestSignalWhileConnecting(t *testing.T) {
 		})
 	}
 }
+
+// TestLeftoversStoppedWhenTheCommandExits: when the command exits by
+// itself, what it left running (here a process in a session of its own
+// that ignores SIGTERM) is killed before run exits with the command's
+// status and releases the flag; and a signal while run waits to lead ends
+// it with 128+N.
+func TestLeftoversStoppedWhenTheCommandExits(t *testing.T) {
+	dir := t.TempDir()
+	dsn, name := "sqlite:"+filepath.Join(dir, "flags.db"), uniqueName(t)
+	pidFile := filepath.Join(dir, "leftover")
+	code, _, errs := cli(t, "run", "--dsn", dsn, "--name", name, "--lease", "2s", "--grace", "300ms", "--",
+		"sh", "-c", `setsid sh -c 'trap "" TERM; echo $$ > "$0"; exec sleep 60' "$0" & while [ ! -s "$0" ]; do sleep 0.01; done; exit 7`, pidFile)
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the leftover did not start (%v); exit %d, stderr:\n%s", err, code, errs)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the command's leftover %d still runs after leadership run exited %d; stderr:\n%s", pid, code, errs)
+	}
+	if code != 7 {
+		t.Fatalf("leadership run exited %d, want the command's 7; stderr:\n%s", code, errs)
+	}
+
+	// A second run waits behind a holder; SIGTERM ends the wait with 143.
+	startRunScript(t, dsn, name, filepath.Join(dir, "marks"), childScript)
+	waitFor(t, 15*time.Second, "the holder's command starts", func() bool { return len(starts(readMarks(t, filepath.Join(dir, "marks")))) == 1 })
+	waiter := startRunScript(t, dsn, name, filepath.Join(dir, "marks"), childScript)
+	waitFor(t, 15*time.Second, "the second run waits", func() bool { return strings.Contains(waiter.stderr.String(), "waiting for leadership") })
+	if err := waiter.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waiter.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("SIGTERM while waiting: exit %d, want %d", code, 128+int(syscall.SIGTERM))
+	}
+}
