@@ -78,6 +78,16 @@ type Store interface {
 // wait for the next poll. The postgres store implements it with
 // LISTEN/NOTIFY; the sqlite and memory stores notify the flags of the same
 // process.
+//
+// A store whose notifications reach the flags of every process sharing the
+// database, not only those of the same Store value, also has the method
+//
+//	NotifiesOtherProcesses() bool
+//
+// reporting true (the postgres store). Followers then need not poll for a
+// graceful release, so the default [FlagBuilder.PollInterval] on that store
+// is Lease/3 without the 2 s cap. Polling still bounds how late a release
+// is seen while the notification path is broken.
 type ReleaseNotifier interface {
 	// NotifyReleases returns a channel that receives a value (it is
 	// buffered; values are dropped, never blocked on, when one is already
@@ -88,19 +98,14 @@ type ReleaseNotifier interface {
 	NotifyReleases(name string) (<-chan struct{}, func())
 }
 
-// CrossProcessNotifier is implemented by a [ReleaseNotifier] whose
-// notifications can reach the flags of every process sharing the database,
-// not only those of the same Store value (the postgres store: LISTEN/NOTIFY).
-// When NotifiesOtherProcesses reports true, followers need not poll for a
-// graceful release, so the default [FlagBuilder.PollInterval] of a flag on
-// that store is Lease/3 without the [DefaultMaxPollInterval] cap. Polling
-// still bounds how late a release is seen while the notification path is
-// broken.
-type CrossProcessNotifier interface {
-	ReleaseNotifier
-	// NotifiesOtherProcesses reports whether a release by any process
-	// sharing the database is notified to this store's subscribers.
-	NotifiesOtherProcesses() bool
+// notifiesOtherProcesses reports whether store's release notifications
+// reach every process sharing the database (see [ReleaseNotifier]).
+func notifiesOtherProcesses(store Store) bool {
+	n, ok := store.(interface {
+		ReleaseNotifier
+		NotifiesOtherProcesses() bool
+	})
+	return ok && n.NotifiesOtherProcesses()
 }
 
 // Request asks a [Store] to acquire or renew a flag for a term.

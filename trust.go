@@ -17,7 +17,7 @@ import "time"
 // the window to another process (cmd/leadership passes it to a watchdog
 // that kills the command when it ends) or arm its own timer.
 func (f *Flag) TrustDeadline() (time.Time, bool) {
-	until := f.trustedUntil.Load()
+	until := f.term.trustedUntil.Load()
 	if until == 0 {
 		return time.Time{}, false
 	}

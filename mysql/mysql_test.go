@@ -323,3 +323,19 @@ func TestNewRejectsNilDB(t *testing.T) {
 		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestDirtySchemaFailsBuild marks the version dirty, as a golang-migrate
+// run that failed half-way leaves it: Build fails at once and says how to
+// fix it.
+func TestDirtySchemaFailsBuild(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	s := newStore(t, db)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	testdb.CheckDirtyBuild(t, s, "mysql", 2)
+}

@@ -40,7 +40,7 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
-// NotifiesOtherProcesses implements [leadership.CrossProcessNotifier]: a
+// NotifiesOtherProcesses reports true (see [leadership.ReleaseNotifier]): a
 // release or eviction by any process on this database and schema sends a
 // NOTIFY that this store's listener receives, so followers keep the
 // default poll interval at Lease/3.

@@ -388,3 +388,19 @@ func TestNewRejectsNilPool(t *testing.T) {
 		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestDirtySchemaFailsBuild marks the version dirty, as a golang-migrate
+// run that failed half-way leaves it: Build fails at once and says how to
+// fix it.
+func TestDirtySchemaFailsBuild(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	testdb.CheckDirtyBuild(t, s, "postgres", 1)
+}

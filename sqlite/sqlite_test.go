@@ -51,8 +51,8 @@ func TestSchemaVersion(t *testing.T) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 1 || dirty {
-		t.Fatalf("after Migrate: SchemaVersion = %d, %v, %v; want 1, false, nil", v, dirty, err)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 2 || dirty {
+		t.Fatalf("after Migrate: SchemaVersion = %d, %v, %v; want 2, false, nil", v, dirty, err)
 	}
 	if err := db.Ping(); err != nil {
 		t.Fatalf("Migrate closed the caller's database: %v", err)

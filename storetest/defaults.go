@@ -12,17 +12,19 @@ import (
 
 // runDefaults checks a flag built with every optional setting at its
 // default: the poll interval it chose for this store, and a graceful
-// handover between two processes with it. On a store whose release
-// notifications reach other processes ([leadership.CrossProcessNotifier])
-// the poll interval is Lease/3, so the handover must come from the
-// notification, well before the next poll.
+// handover between two processes with it. The poll interval is Lease/3,
+// capped at 2 s (both as documented on [leadership.FlagBuilder.PollInterval])
+// unless the store's release notifications reach other processes (it has
+// the method NotifiesOtherProcesses of [leadership.ReleaseNotifier]
+// reporting true); there the handover must come from the notification,
+// well before the next poll.
 func runDefaults(t *testing.T, open Open) {
 	t.Run("DefaultSettingsHandOver", func(t *testing.T) {
 		t.Parallel()
 		store := open(t)
-		n, ok := store.(leadership.CrossProcessNotifier)
+		n, ok := store.(interface{ NotifiesOtherProcesses() bool })
 		crossProcess := ok && n.NotifiesOtherProcesses()
-		wantPoll := min(leadership.DefaultLease/3, leadership.DefaultMaxPollInterval)
+		wantPoll := min(leadership.DefaultLease/3, 2*time.Second)
 		if crossProcess {
 			wantPoll = leadership.DefaultLease / 3
 		}

@@ -435,11 +435,11 @@ func TestBadUsage(t *testing.T) {
 
 func TestMigrate(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
-	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate = %d %q %q", code, out, errs)
 	}
 	// The flag package takes -flag as well as --flag.
-	if code, out, errs := cli(t, "migrate", "-dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cli(t, "migrate", "-dsn", dsn); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate -dsn = %d %q %q", code, out, errs)
 	}
 }
@@ -448,7 +448,7 @@ func TestMigrate(t *testing.T) {
 // database, else sqlite:leadership.db in the current directory.
 func TestDSNFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
-	if code, out, errs := cliIn(t, dir, "sqlite:"+filepath.Join(dir, "env.db"), "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cliIn(t, dir, "sqlite:"+filepath.Join(dir, "env.db"), "migrate"); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate with LEADERSHIP_DSN = %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "env.db")); err != nil {
@@ -457,7 +457,7 @@ func TestDSNFromEnvironment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); !os.IsNotExist(err) {
 		t.Fatalf("leadership.db was created although LEADERSHIP_DSN was set (%v)", err)
 	}
-	if code, out, errs := cliIn(t, dir, "", "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cliIn(t, dir, "", "migrate"); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate without a DSN = %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); err != nil {
