@@ -104,7 +104,9 @@
 //     failover by the size of the jump and nothing else.
 //   - A statement takes effect between its send and its reply; a statement
 //     whose reply never arrives may take effect at any later time, or
-//     never.
+//     never. A reply is trusted only for a committed write: the mysql
+//     store commits whatever the session's autocommit, and the postgres
+//     store fails an attempt made in a session left inside a transaction.
 //   - The database never loses a commit it acknowledged.
 //   - The store obeys the [Store] contract.
 //

@@ -12,6 +12,7 @@ const (
 	codeSerializationFailure  = "40001"
 	codeDeadlockDetected      = "40P01"
 	codeInsufficientPrivilege = "42501"
+	codeReadOnlyTransaction   = "25006"
 	codeUndefinedTable        = "42P01"
 	codeQueryCanceled         = "57014"
 	codeAdminShutdown         = "57P01"
@@ -45,12 +46,18 @@ func retryTransient(ctx context.Context, fn func() error) error {
 	return err
 }
 
+// readOnlyFix says what to do when the server refuses a write because the
+// session is read-only.
+const readOnlyFix = "the session is read-only: connect to the primary, not a standby (target_session_attrs=read-write), and do not set default_transaction_read_only=on for the store's role, database or DSN"
+
 // describe wraps err with what failed and, when the cause is known, how to
 // fix it.
 func describe(what string, err error) error {
 	switch sqlState(err) {
 	case codeInsufficientPrivilege:
 		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags (and CREATE on the schema to run migrations): %w", what, err)
+	case codeReadOnlyTransaction:
+		return fmt.Errorf("postgres: %s: %s: %w", what, readOnlyFix, err)
 	case codeUndefinedTable:
 		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path: %w", what, err)
 	case codeQueryCanceled:

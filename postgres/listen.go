@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -88,6 +89,9 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return err
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		return fmt.Errorf("LISTEN takes effect only at commit: %w", errInTransaction)
 	}
 	if reconnected {
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "release listener reconnected")

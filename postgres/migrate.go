@@ -21,17 +21,21 @@ import (
 func (s *Store) Migrate(ctx context.Context) error {
 	// golang-migrate's pgx driver keeps a connection it took out of the pool
 	// when it fails to create its version table, and that connection would
-	// keep pool.Close from returning; so the usual reasons it fails are
-	// caught here first.
+	// keep pool.Close from returning; so the usual reasons it fails (a
+	// missing privilege, a read-only session) are caught here first.
 	var (
-		schema          *string
-		canCreate, have bool
+		schema                    *string
+		canCreate, have, readOnly bool
 	)
 	err := s.pool.QueryRow(ctx, `SELECT current_schema(),
     coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
-    to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL`).Scan(&schema, &canCreate, &have)
+    to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL,
+    current_setting('transaction_read_only') = 'on'`).Scan(&schema, &canCreate, &have, &readOnly)
 	if err != nil {
 		return describe("connect", err)
+	}
+	if readOnly {
+		return fmt.Errorf("postgres: apply migrations: %s", readOnlyFix)
 	}
 	if schema == nil {
 		return errors.New("postgres: no schema to migrate into: no schema of the search_path exists or the role lacks USAGE on it; set search_path in the DSN to an existing schema the role may use")

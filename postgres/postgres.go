@@ -133,16 +133,18 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
 	var res leadership.Result
 	err := retryTransient(ctx, func() error {
-		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		err := s.pool.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
-			Scan(&res.Acquired, &res.Holder, &res.Version, &res.RenewedAt, &res.ExpiresAt, &res.Now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The row was inserted by a concurrent statement after ours
-			// began: we lost, and its content is not visible to us yet.
-			// Zero instants make the follower retry soon.
-			return nil
-		}
-		return err
+		return s.committed(ctx, func(conn *pgx.Conn) error {
+			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+			err := conn.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
+				Scan(&res.Acquired, &res.Holder, &res.Version, &res.RenewedAt, &res.ExpiresAt, &res.Now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The row was inserted by a concurrent statement after ours
+				// began: we lost, and its content is not visible to us yet.
+				// Zero instants make the follower retry soon.
+				return nil
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
@@ -182,14 +184,44 @@ SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'n
 // reports whether it changed one.
 func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
 	var tag pgconn.CommandTag // SELECT n: one row per notified change
-	err := retryTransient(ctx, func() (err error) {
-		tag, err = s.pool.Exec(ctx, sql, args...)
-		return err
+	err := retryTransient(ctx, func() error {
+		return s.committed(ctx, func(conn *pgx.Conn) (err error) {
+			tag, err = conn.Exec(ctx, sql, args...)
+			return err
+		})
 	})
 	if err != nil {
 		return false, describe(what, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// errInTransaction is returned when a statement of the store ran inside a
+// transaction the session had open before it.
+var errInTransaction = errors.New("the session was inside a transaction, so the statement was not committed and will be rolled back: the store needs sessions outside any transaction (does a pgx AfterConnect or PrepareConn hook run BEGIN?)")
+
+// committed runs fn, one statement, on a connection of the pool, and fails
+// unless the session is outside any transaction afterwards. A statement
+// sent outside a transaction block has committed by the time the server
+// reports the session idle ('I' in ReadyForQuery), so this is what lets the
+// caller trust a write, at no cost: the status comes with the reply. A
+// session already inside a transaction (a hook of the pool that runs
+// BEGIN) would leave the write uncommitted, and pgxpool destroys a
+// connection released inside a transaction, rolling the write back after
+// the caller trusted it.
+func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if err := fn(c.Conn()); err != nil {
+		return err
+	}
+	if c.Conn().PgConn().TxStatus() != 'I' {
+		return errInTransaction
+	}
+	return nil
 }
 
 // Flags implements [leadership.Store.Flags].
