@@ -276,6 +276,7 @@ func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
 		return nil, err
 	}
 	f := newFlag(c, m)
+	m.watch(f)
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}

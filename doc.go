@@ -213,9 +213,12 @@
 //
 // With [FlagBuilder.MetricsRegisterer], a flag registers on the given
 // registry only: [MetricState] (gauge, 1 while raised), [MetricTransitions],
-// [MetricAttemptDuration] and [MetricErrors], each labelled with the flag's
-// name and the process. Several flags share the collectors of one
-// registry; a closed flag deletes its series.
+// [MetricAttemptDuration], [MetricErrors], and for alerting rules
+// [MetricLease], [MetricRenewInterval], [MetricToken] and [MetricHealthy]
+// ([Flag.Check] at scrape time), each labelled with the flag's name and the
+// process. Several flags share the collectors of one registry; a closed
+// flag deletes its series. monitoring/prometheus/rules.yml holds alerting
+// rules over them.
 //
 // # Logging
 //

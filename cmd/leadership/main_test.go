@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -489,7 +490,7 @@ func TestRestartAndMetrics(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
-		return strings.Contains(body, `leadership_flag_state{name="`+name+`"`) && strings.Contains(body, "} 1\n")
+		return regexp.MustCompile(`(?m)^leadership_flag_state\{name="` + regexp.QuoteMeta(name) + `",process="[^"]*"\} 1$`).MatchString(body)
 	})
 
 	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 {
