@@ -57,8 +57,10 @@
 //     for the holder's expiry by the database clock (plus Jitter) and poll at
 //     least every PollInterval, so a crashed holder is replaced about one
 //     lease after its last renewal. PollInterval is Lease/3 by default,
-//     capped at 2 s unless the store notifies releases to every process
-//     (postgres; see [ReleaseNotifier]).
+//     capped at 2 s unless the store reports, when asked before each wait,
+//     that its release notifications reach every process (postgres, once
+//     its listener has received a notification it sent itself; see
+//     [ReleaseNotifier]).
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
@@ -213,9 +215,12 @@
 //
 // With [FlagBuilder.MetricsRegisterer], a flag registers on the given
 // registry only: [MetricState] (gauge, 1 while raised), [MetricTransitions],
-// [MetricAttemptDuration] and [MetricErrors], each labelled with the flag's
-// name and the process. Several flags share the collectors of one
-// registry; a closed flag deletes its series.
+// [MetricAttemptDuration], [MetricErrors], and for alerting rules
+// [MetricLease], [MetricRenewInterval], [MetricToken] and [MetricHealthy]
+// ([Flag.Check] at scrape time), each labelled with the flag's name and the
+// process. Several flags share the collectors of one registry; a closed
+// flag deletes its series. monitoring/prometheus/rules.yml holds alerting
+// rules over them.
 //
 // # Logging
 //

@@ -43,7 +43,7 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 		cancel()
 		if err != nil {
 			f.veto(ctx, err)
-			return f.c.pollInterval, nil
+			return f.pollInterval(), nil
 		}
 	}
 	f.mu.Lock()
@@ -92,7 +92,20 @@ func (f *Flag) followDelay(res Result) time.Duration {
 	wait := max(res.ExpiresAt.Sub(res.Now), 0) + f.randomJitter()
 	// The floor keeps a follower from spinning when a losing result
 	// reports no expiry (a row it could not read).
-	return max(min(wait, f.c.pollInterval), min(10*time.Millisecond, f.c.pollInterval))
+	poll := f.pollInterval()
+	return max(min(wait, poll), min(10*time.Millisecond, poll))
+}
+
+// pollInterval is the longest wait of a follower now: the PollInterval
+// setting, capped at maxDefaultPollInterval while the store behind a
+// default poll interval reports that its release notifications do not
+// reach this process (asked at each wait: a store learns only after Build
+// whether they arrive).
+func (f *Flag) pollInterval() time.Duration {
+	if f.c.pollNotifier != nil && !f.c.pollNotifier.NotifiesOtherProcesses() {
+		return min(f.c.pollInterval, maxDefaultPollInterval)
+	}
+	return f.c.pollInterval
 }
 
 // retryDelay backs off exponentially after failed attempts: from a quarter
@@ -100,7 +113,7 @@ func (f *Flag) followDelay(res Result) time.Duration {
 // retries several times inside its trust window) and at the poll interval
 // for a follower.
 func (f *Flag) retryDelay(holding bool) time.Duration {
-	limit := f.c.pollInterval
+	limit := f.pollInterval()
 	if holding {
 		limit = f.c.renewInterval / 2
 	}

@@ -160,7 +160,7 @@ func (f *Flag) raiseLocked() {
 	t.announced = true
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(f.loopCtx))
 	close(t.announcedCh)
-	f.m.setState(true)
+	f.m.setState(true, t.version)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag raised", slog.Int64("version", t.version))
 	if f.c.onRaise != nil {
 		go f.c.onRaise(t.ctx)
@@ -181,7 +181,7 @@ func (f *Flag) lowerLocked(reason string) {
 	t.announced = false
 	t.cancel()
 	t.announcedCh = make(chan struct{})
-	f.m.setState(false)
+	f.m.setState(false, 0)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag lowered", slog.String("reason", reason), slog.Int64("version", t.version))
 	if f.c.onLower != nil {
 		f.events.post(f.c.onLower)

@@ -21,8 +21,11 @@ import (
 // connection's database, then checks the flag table's shape. Concurrent
 // calls from many processes are serialized by golang-migrate's GET_LOCK.
 // It never closes db: golang-migrate gets a connection of its own, closed
-// afterwards.
-func (s *Store) Migrate(ctx context.Context) error {
+// afterwards. Once a call has succeeded, later calls on the same Store
+// return nil without touching the database.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+
+func (s *Store) applyMigrations(ctx context.Context) error {
 	var version string
 	if err := s.db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
 		return describe("connect", err)

@@ -83,6 +83,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
@@ -90,6 +91,7 @@ import (
 type Store struct {
 	db         *sql.DB
 	hub        notify.Hub
+	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
 
 	mu      sync.Mutex

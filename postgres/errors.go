@@ -16,6 +16,11 @@ const (
 	codeUndefinedTable        = "42P01"
 	codeQueryCanceled         = "57014"
 	codeAdminShutdown         = "57P01"
+	// A named prepared statement that exists where it should not, or not
+	// where it should: the connection's server session changed between
+	// statements (a pooler in transaction mode).
+	codeDuplicatePreparedStatement = "42P05"
+	codeInvalidStatementName       = "26000"
 )
 
 // sqlState returns the SQLSTATE of err, or "" when it has none. It reads
@@ -64,6 +69,8 @@ func describe(what string, err error) error {
 		return fmt.Errorf("postgres: %s: cancelled (statement_timeout or context): %w", what, err)
 	case codeAdminShutdown:
 		return fmt.Errorf("postgres: %s: server shutting down: %w", what, err)
+	case codeDuplicatePreparedStatement, codeInvalidStatementName:
+		return fmt.Errorf("postgres: %s: prepared statements do not survive between statements: is a pooler in transaction mode (PgBouncer before 1.21 or without max_prepared_statements, RDS Proxy) in between? Add default_query_exec_mode=simple_protocol (or exec) to the DSN: %w", what, err)
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
