@@ -28,6 +28,8 @@ func TestMigrateErrorsNameTheFix(t *testing.T) {
 		{1419, []string{"binary logging", "log_bin_trust_function_creators", "SUPER", "WithoutRoutines()", "routines=false"}},
 		{1227, []string{"permission denied", "CREATE ROUTINE", "SET USER or SUPER", "WithoutRoutines()", "routines=false"}},
 		{1044, []string{"permission denied", "CREATE ROUTINE", "Migrate(false)", "WithoutRoutines()"}},
+		{1142, []string{"permission denied", "CREATE ROUTINE", "Migrate(false)", "WithoutRoutines()"}},
+		{1370, []string{"permission denied", "CREATE ROUTINE", "Migrate(false)", "WithoutRoutines()"}},
 	} {
 		e := &mysql.MySQLError{Number: c.number, SQLState: [5]byte{'H', 'Y', '0', '0', '0'}, Message: "refused"}
 		for _, err := range []error{e, wrap(e)} {

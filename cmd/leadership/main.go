@@ -46,6 +46,7 @@ Every command takes --dsn (default $LEADERSHIP_DSN, else sqlite:leadership.db in
 current directory) and --log-level, --log-format; "leadership COMMAND --help" lists the rest.
 
 DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...
+(add routines=false to a mysql:// DSN for servers without stored procedures).
 Passwords are never printed or logged.
 
 Exit codes:
