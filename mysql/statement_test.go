@@ -169,29 +169,5 @@ func TestModesShareADatabase(t *testing.T) {
 // them, prepares nothing.
 func TestStatementModeAcquireIsOneTransaction(t *testing.T) {
 	t.Parallel()
-	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
-	db.SetMaxOpenConns(1)
-	s := newStore(t, db, statementMode)
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.Acquire(ctx, leadership.Request{Name: "four", Holder: "a", Lease: time.Minute})
-	if err != nil || !res.Acquired {
-		t.Fatalf("Acquire = %+v, %v", res, err)
-	}
-	const attempts = 20
-	before := sessionStatus(t, db)
-	for range attempts {
-		if res, err = s.Acquire(ctx, leadership.Request{Name: "four", Holder: "a", Version: res.Version, Lease: time.Minute}); err != nil || !res.Acquired {
-			t.Fatalf("renewal = %+v, %v", res, err)
-		}
-	}
-	after := sessionStatus(t, db)
-	if d := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]; d != 0 {
-		t.Errorf("%d attempts prepared %d statements, want none", attempts, d)
-	}
-	if d := after["Questions"] - before["Questions"] - 1; d != 4*attempts {
-		t.Errorf("%d attempts sent %d statements, want four each", attempts, d)
-	}
+	checkStatementsPerAttempt(t, 4, statementMode)
 }
