@@ -57,7 +57,7 @@ func runCommand(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.name, "name", "", "flag name (mandatory): processes using the same name compete")
 	fs.StringVar(&o.process, "process", "", "holder name written to the database (default: hostname-pid-random)")
 	fs.DurationVar(&o.lease, "lease", leadership.DefaultLease, "lease: a crashed leader is replaced about this long after its last renewal")
-	fs.DurationVar(&o.grace, "grace", 3*time.Second, "after leadership is lost, wait this long between SIGTERM and SIGKILL of the command (less than 0.4 × --lease)")
+	fs.DurationVar(&o.grace, "grace", 0, "after leadership is lost, wait this long between SIGTERM and SIGKILL of the command; less than 0.4 × --lease (default --lease/5: 3s at the default lease)")
 	fs.BoolVar(&o.skipIfHeld, "skip-if-held", false, "if another process holds the flag, exit 0 at once (for cron)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait at most this long for leadership, then exit 0 (default: as long as it takes)")
 	fs.BoolVar(&o.restart, "restart", false, "when leadership is lost, stop the command, wait to lead again and start it again, instead of exiting 75")
@@ -65,10 +65,12 @@ func runCommand(args []string, stderr io.Writer) int {
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if !isSet(fs, "grace") {
+		o.grace = o.lease / 5
+	}
 	child := fs.Args()
 	if err := o.check(child); err != nil {
-		fs.Usage()
-		return report(stderr, err, exitUsage)
+		return usageError(stderr, "run", err)
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
