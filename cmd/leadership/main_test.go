@@ -398,9 +398,9 @@ func TestBadUsage(t *testing.T) {
 			t.Errorf("%s --help = %d:\n%s", cmd, code, errs)
 		}
 	}
-	// The defaults the README gives: --lease 15 s, --grace 3 s.
+	// The defaults the README gives: --lease 15 s, --grace lease/5 (3 s).
 	_, _, errs := cli(t, "run", "--help")
-	for _, want := range []string{"-lease duration", "(default 15s)", "-grace duration", "(default 3s)"} {
+	for _, want := range []string{"-lease duration", "(default 15s)", "-grace duration", "(default --lease/5: 3s at the default lease)"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("run --help lacks %q:\n%s", want, errs)
 		}
