@@ -11,8 +11,6 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
-
-	"github.com/dbflag/leadership/internal/testdb"
 )
 
 // cliEnv runs the binary with extra environment variables.
@@ -107,7 +105,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 	// LEADERSHIP_SKIP_IF_HELD=true, and a flag on the command line beats
 	// the environment's LEADERSHIP_NAME.
-	skip := append(env, "LEADERSHIP_SKIP_IF_HELD=true", "LEADERSHIP_PROCESS=")
+	skip := append(env, "LEADERSHIP_SKIP_IF_HELD=true", "LEADERSHIP_HOLD=0", "LEADERSHIP_PROCESS=")
 	if code, _, errs := cliEnv(t, skip, "run", "--", "true"); code != 0 || !strings.Contains(errs, "skipping") {
 		t.Fatalf("run with LEADERSHIP_SKIP_IF_HELD=true = %d, %q: want a skip", code, errs)
 	}
@@ -141,7 +139,7 @@ func TestGraceDefaultsFromLease(t *testing.T) {
 // named as unix(PATH) or socket=PATH. The socket is a relay to the test
 // server's TCP port, so the test needs no socket of the server's own.
 func TestMySQLUnixSocketDSN(t *testing.T) {
-	cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+	cfg, err := gomysql.ParseDSN(freshMySQL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ other host starts the command while this one still runs it.
 type runOptions struct {
 	common
 	name, process, metricsAddr string
-	lease, grace, wait         time.Duration
+	lease, grace, wait, hold   time.Duration
 	skipIfHeld, restart        bool
 }
 
@@ -60,6 +60,8 @@ func runCommand(args []string, stderr io.Writer) int {
 	fs.DurationVar(&o.grace, "grace", 0, "after leadership is lost, wait this long between SIGTERM and SIGKILL of the command; less than 0.4 × --lease (default --lease/5: 3s at the default lease)")
 	fs.BoolVar(&o.skipIfHeld, "skip-if-held", false, "if another process holds the flag, exit 0 at once (for cron)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait at most this long for leadership, then exit 0 (default: as long as it takes)")
+	fs.DurationVar(&o.hold, "hold", 0, "keep the flag held until this long after the command started, even if it exits sooner, then release it;\n"+
+		"hosts whose schedules fire within --hold of each other then run the command once (default: one --lease with --skip-if-held, else 0)")
 	fs.BoolVar(&o.restart, "restart", false, "when leadership is lost, stop the command, wait to lead again and start it again, instead of exiting 75")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (for example :9090) while running")
 	if code, ok := parse(fs, args); !ok {
@@ -67,6 +69,9 @@ func runCommand(args []string, stderr io.Writer) int {
 	}
 	if !isSet(fs, "grace") {
 		o.grace = o.lease / 5
+	}
+	if !isSet(fs, "hold") {
+		o.hold = o.holdDefault()
 	}
 	child := fs.Args()
 	if err := o.check(child); err != nil {
@@ -98,6 +103,9 @@ func (o *runOptions) check(child []string) error {
 	}
 	if o.wait < 0 {
 		return fmt.Errorf("%w: --wait %v is negative", errUsage, o.wait)
+	}
+	if o.hold < 0 {
+		return fmt.Errorf("%w: --hold %v is negative", errUsage, o.hold)
 	}
 	return nil
 }
@@ -151,13 +159,15 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 				return code
 			}
 		}
+		leading := time.Now()
 		code, outcome := o.runChild(f, child, sigs, log)
 		switch outcome {
 		case notLeading:
 			continue // lowered before the command started: wait again
 		case exited:
-			// The command ended: release at once so another process can
-			// take over without waiting for the lease.
+			// The command ended: release (after --hold) so another process
+			// can take over without waiting for the lease.
+			o.holdFlag(f, leading.Add(o.hold), sigs, log)
 			if err := f.Close(); err != nil {
 				log.Warn("releasing the flag failed; another process takes over when the lease expires", "error", err)
 			}
