@@ -74,8 +74,10 @@ func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.c.renewInt
 // default Lease/3, at most 2 s unless the store notifies releases to
 // other processes (see [ReleaseNotifier]; the postgres store does): there
 // a release wakes followers at once, so the poll only covers a broken
-// notification path and stays at Lease/3. A flag logs the value it uses
-// in its "flag starting" record at Debug level.
+// notification path and stays at Lease/3. The store is asked before each
+// wait, and the 2 s cap applies whenever it reports its notifications
+// unavailable. A flag logs the value it uses, before that cap, in its
+// "flag starting" record at Debug level.
 func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.c.pollInterval = d; return b }
 
 // Timeout bounds each database call (acquire, renew, release). Optional;
@@ -184,6 +186,13 @@ type config struct {
 	// trustFromReply counts the trust window from the reply instead of the
 	// send: a deliberately wrong rule that the simulation must catch.
 	trustFromReply bool
+	// clocks reads the clock pair of suspend detection (suspend.go); nil
+	// means the operating system's clocks.
+	clocks clockPair
+
+	// pollNotifier is the store when the poll interval is the default on
+	// a store that can notify other processes; nil otherwise.
+	pollNotifier processNotifier
 }
 
 // config completes the defaults and checks every setting, joining one
@@ -222,6 +231,9 @@ func (b *FlagBuilder) config() (config, error) {
 		}
 	}
 	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
+	if n, ok := c.store.(processNotifier); ok && c.pollInterval == 0 {
+		c.pollNotifier = n // asked before each wait: Flag.pollInterval
+	}
 	defaultTo(&c.pollInterval, defaultPollInterval(c.store, c.lease), "PollInterval")
 	defaultTo(&c.timeout, c.lease/5, "Timeout")
 	defaultTo(&c.safetyMargin, c.lease/10, "SafetyMargin")
@@ -250,9 +262,10 @@ func (b *FlagBuilder) config() (config, error) {
 }
 
 // defaultPollInterval is Lease/3, capped at maxDefaultPollInterval unless
-// the store notifies releases to other processes.
+// the store can notify releases to other processes; whether its
+// notifications arrive is asked before each wait (Flag.pollInterval).
 func defaultPollInterval(store Store, lease time.Duration) time.Duration {
-	if notifiesOtherProcesses(store) {
+	if _, ok := store.(processNotifier); ok {
 		return lease / 3
 	}
 	return min(lease/3, maxDefaultPollInterval)
@@ -294,6 +307,7 @@ func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
 		return nil, err
 	}
 	f := newFlag(c, m)
+	m.watch(f)
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}

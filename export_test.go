@@ -1,5 +1,7 @@
 package leadership
 
+import "time"
+
 // Hooks for the simulation (sim_*_test.go). They set unexported fields of
 // the builder's config, so they affect only the flags built with that
 // builder and tests using them may run in parallel.
@@ -17,3 +19,17 @@ func (b *FlagBuilder) TrustFromReplyForTest() *FlagBuilder {
 	b.c.trustFromReply = true
 	return b
 }
+
+// ClocksForTest makes the flags built by b read the clock pair of suspend
+// detection (monotonic, and one that also counts suspend) from fn instead
+// of the operating system, so a test can suspend a simulated machine.
+func (b *FlagBuilder) ClocksForTest(fn func() (mono, boot time.Duration)) *FlagBuilder {
+	b.c.clocks = fn
+	return b
+}
+
+// OSClocksForTest reads the operating system's clock pair as flags do.
+var OSClocksForTest = osClocks
+
+// SuspendToleranceForTest is the growth of boot − mono taken for a suspend.
+const SuspendToleranceForTest = suspendTolerance

@@ -32,6 +32,7 @@ type Flag struct {
 	wake       <-chan struct{} // release notifications; nil without a notifier
 	stopNotify func()
 	failures   int // consecutive failed attempts; loop goroutine only
+	susp       suspendWatch
 	events     *dispatcher
 
 	closeOnce sync.Once
@@ -56,6 +57,7 @@ func newFlag(c config, m *metrics) *Flag {
 		loopDone: make(chan struct{}),
 		closedCh: make(chan struct{}),
 		events:   newDispatcher(),
+		susp:     suspendWatch{clocks: c.clocks},
 	}
 	f.term.announcedCh = make(chan struct{})
 	return f

@@ -37,22 +37,25 @@ func (f *Flag) run(delay time.Duration) {
 func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 	defer func() { f.lastAttemptDone.Store(f.now()) }()
 	if f.c.precheck != nil {
+		f.checkSuspend(ctx) // the precheck may take Timeout: lower before it
 		pctx, cancel := context.WithTimeout(ctx, f.c.timeout)
 		err := f.c.precheck(pctx)
 		cancel()
 		if err != nil {
 			f.veto(ctx, err)
-			return f.c.pollInterval, nil
+			return f.pollInterval(), nil
 		}
 	}
 	f.mu.Lock()
 	version := f.term.version
 	f.mu.Unlock()
 
+	atSend := f.checkSuspend(ctx)
 	sent := f.now() // the trust window counts from before the request leaves
 	actx, cancel := context.WithTimeout(ctx, f.c.timeout)
 	res, err := f.c.store.Acquire(actx, Request{Name: f.c.name, Holder: f.c.process, Version: version, Lease: f.c.lease})
 	cancel()
+	_, suspended := f.lowerIfSuspended(ctx, atSend)
 	seconds := time.Duration(f.now() - sent).Seconds()
 
 	if err != nil {
@@ -66,9 +69,16 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 		return f.retryDelay(version != 0), err
 	}
 	f.failures = 0
+	if res.Acquired && suspended {
+		f.m.observeAttempt("acquired", seconds)
+		f.untrusted(res)
+		f.failures++ // renew from a new send soon, with backoff if it recurs
+		return f.retryDelay(true), nil
+	}
 	if res.Acquired {
 		f.m.observeAttempt("acquired", seconds)
 		f.acquired(ctx, res, sent)
+		f.susp.window = atSend
 		return f.c.renewInterval, nil
 	}
 	f.m.observeAttempt("held_by_other", seconds)
@@ -82,7 +92,20 @@ func (f *Flag) followDelay(res Result) time.Duration {
 	wait := max(res.ExpiresAt.Sub(res.Now), 0) + f.randomJitter()
 	// The floor keeps a follower from spinning when a losing result
 	// reports no expiry (a row it could not read).
-	return max(min(wait, f.c.pollInterval), min(10*time.Millisecond, f.c.pollInterval))
+	poll := f.pollInterval()
+	return max(min(wait, poll), min(10*time.Millisecond, poll))
+}
+
+// pollInterval is the longest wait of a follower now: the PollInterval
+// setting, capped at maxDefaultPollInterval while the store behind a
+// default poll interval reports that its release notifications do not
+// reach this process (asked at each wait: a store learns only after Build
+// whether they arrive).
+func (f *Flag) pollInterval() time.Duration {
+	if f.c.pollNotifier != nil && !f.c.pollNotifier.NotifiesOtherProcesses() {
+		return min(f.c.pollInterval, maxDefaultPollInterval)
+	}
+	return f.c.pollInterval
 }
 
 // retryDelay backs off exponentially after failed attempts: from a quarter
@@ -90,7 +113,7 @@ func (f *Flag) followDelay(res Result) time.Duration {
 // retries several times inside its trust window) and at the poll interval
 // for a follower.
 func (f *Flag) retryDelay(holding bool) time.Duration {
-	limit := f.c.pollInterval
+	limit := f.pollInterval()
 	if holding {
 		limit = f.c.renewInterval / 2
 	}

@@ -84,10 +84,13 @@ type Store interface {
 //
 //	NotifiesOtherProcesses() bool
 //
-// reporting true (the postgres store). Followers then need not poll for a
-// graceful release, so the default [FlagBuilder.PollInterval] on that store
-// is Lease/3 without the 2 s cap. Polling still bounds how late a release
-// is seen while the notification path is broken.
+// reporting true (the postgres store, once its listener has received a
+// notification it sent itself). Followers then need not poll for a
+// graceful release, so the default [FlagBuilder.PollInterval] on a store
+// with this method is Lease/3 without the 2 s cap. The method must be
+// cheap: a flag asks it before each wait, and the cap applies while it
+// reports false (not yet confirmed, the notification path broken, or
+// notifications never arriving, as behind a pooler in transaction mode).
 type ReleaseNotifier interface {
 	// NotifyReleases returns a channel that receives a value (it is
 	// buffered; values are dropped, never blocked on, when one is already
@@ -98,14 +101,11 @@ type ReleaseNotifier interface {
 	NotifyReleases(name string) (<-chan struct{}, func())
 }
 
-// notifiesOtherProcesses reports whether store's release notifications
-// reach every process sharing the database (see [ReleaseNotifier]).
-func notifiesOtherProcesses(store Store) bool {
-	n, ok := store.(interface {
-		ReleaseNotifier
-		NotifiesOtherProcesses() bool
-	})
-	return ok && n.NotifiesOtherProcesses()
+// processNotifier is a [ReleaseNotifier] that can say whether its
+// notifications reach every process sharing the database.
+type processNotifier interface {
+	ReleaseNotifier
+	NotifiesOtherProcesses() bool
 }
 
 // Request asks a [Store] to acquire or renew a flag for a term.

@@ -10,8 +10,8 @@ import (
 // term is the term of leadership this process holds as far as it knows,
 // with its trust window and what has been announced about it. Every
 // transition of the term is a method of [Flag] in this file: acquired,
-// lost, veto and end (from the loop and Close), and raise, lower, extend
-// and expire beneath them.
+// untrusted, suspendedLower, lost, veto and end (from the loop and Close),
+// and raise, lower, extend and expire beneath them.
 //
 // Two states must not be confused. The flag is trusted while the trust
 // window is open (trustedUntil, what [Flag.Raised] reads). It is announced
@@ -91,6 +91,33 @@ func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
 	f.raiseLocked()
 }
 
+// untrusted handles an acquire or renewal whose statement may have taken
+// effect before a suspend of the machine and whose reply came after it
+// (suspend.go): the term is this process's in the database, but its window
+// may be over there already, so the flag stays lowered and the next
+// attempt renews the term from a new send.
+func (f *Flag) untrusted(res Result) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holder = res.Holder
+	f.lowerLocked("machine suspended while the attempt was in flight")
+	f.term.version = res.Version
+}
+
+// suspendedLower lowers the flag at once because the machine was suspended
+// for slept during its trust window (suspend.go); the term is kept, to be
+// renewed from a new send if nobody took it.
+func (f *Flag) suspendedLower(ctx context.Context, slept time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.term.trustedUntil.Load() == 0 {
+		return
+	}
+	f.lowerLocked("machine suspended")
+	f.log.LogAttrs(ctx, slog.LevelWarn, "machine was suspended during the trust window; lowered at once",
+		slog.Int64("version", f.term.version), slog.Duration("suspended", slept))
+}
+
 // lost handles an attempt that found the flag held by another term.
 func (f *Flag) lost(ctx context.Context, res Result) {
 	f.mu.Lock()
@@ -145,7 +172,7 @@ func (f *Flag) raiseLocked() {
 	t.announced = true
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(f.loopCtx))
 	close(t.announcedCh)
-	f.m.setState(true)
+	f.m.setState(true, t.version)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag raised", slog.Int64("version", t.version))
 	if f.c.onRaise != nil {
 		go f.c.onRaise(t.ctx)
@@ -166,7 +193,7 @@ func (f *Flag) lowerLocked(reason string) {
 	t.announced = false
 	t.cancel()
 	t.announcedCh = make(chan struct{})
-	f.m.setState(false)
+	f.m.setState(false, 0)
 	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag lowered", slog.String("reason", reason), slog.Int64("version", t.version))
 	if f.c.onLower != nil {
 		f.events.post(f.c.onLower)

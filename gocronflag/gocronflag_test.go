@@ -194,3 +194,68 @@ func TestNewLockerRejectsBadInput(t *testing.T) {
 		t.Errorf("zero lease: %v", err)
 	}
 }
+
+// Job names of any length and script map to distinct valid rows: a long
+// name is not cut inside a UTF-8 character (a refused name would keep the
+// job from ever running), two long names that share a prefix are two
+// locks, and short names keep the row they always had.
+func TestLockerMapsEveryKeyToItsOwnValidRow(t *testing.T) {
+	s := memstore.New()
+	locker, err := gocronflag.NewLocker(context.Background(), s, "host-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a", 300)
+	keys := []string{
+		"report",                       // short: unchanged
+		strings.Repeat("é", 200),       // 400 bytes; a cut at 255 bytes splits an "é"
+		strings.Repeat("日本", 60) + "x", // a cut splits a 3-byte character
+		long + "-1",                    // two long keys with a common 300-byte prefix
+		long + "-2",
+		"trailing space ",         // refused as a row name as it stands
+		"bad\xffutf8",             // likewise
+		"tab\tinside",             // likewise
+		"\u00e9t\u00e9",           // short multi-byte: unchanged
+		strings.Repeat("b", 243),  // exactly MaxNameLength with the prefix: unchanged
+		strings.Repeat("b", 244),  // one byte more
+		strings.Repeat("b", 1000), // shares 243 bytes with the two above
+	}
+	// A short key that spells out what a long key maps to is still its own lock.
+	keys = append(keys, strings.TrimPrefix(gocronflag.LockName(long+"-1"), gocronflag.LockPrefix))
+
+	names := map[string]string{}
+	for _, key := range keys {
+		name := gocronflag.LockName(key)
+		if err := leadership.ValidateName("lock name", name); err != nil {
+			t.Errorf("LockName(%.40q…) = %q is not a valid row name: %v", key, name, err)
+		}
+		if !strings.HasPrefix(name, gocronflag.LockPrefix) {
+			t.Errorf("LockName(%.40q…) = %q lacks the prefix %q", key, name, gocronflag.LockPrefix)
+		}
+		if other, dup := names[name]; dup {
+			t.Errorf("keys %.40q… and %.40q… share the row %q", other, key, name)
+		}
+		names[name] = key
+		lk, err := locker.Lock(context.Background(), key) // every lock is held at once
+		if err != nil {
+			t.Errorf("Lock(%.40q…) = %v", key, err)
+			continue
+		}
+		t.Cleanup(func() { _ = lk.Unlock(context.Background()) })
+	}
+	for _, key := range []string{"report", "\u00e9t\u00e9", strings.Repeat("b", 243)} {
+		if got, want := gocronflag.LockName(key), gocronflag.LockPrefix+key; got != want {
+			t.Errorf("LockName(%.40q…) = %q, want the unchanged %q so existing rows keep working", key, got, want)
+		}
+	}
+	if got := gocronflag.LockName(strings.Repeat("é", 200)); !strings.HasPrefix(got, gocronflag.LockPrefix+"éé") {
+		t.Errorf("a long key's row %q does not start with a readable part of the key", got)
+	}
+	rows, _, err := s.Flags(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(keys) {
+		t.Errorf("%d rows for %d keys", len(rows), len(keys))
+	}
+}

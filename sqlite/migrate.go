@@ -32,7 +32,11 @@ const dirtyWait = 3 * time.Second
 // see a migration half-applied. A version marked dirty (a golang-migrate
 // run that failed or stopped half-way) fails Migrate within a few seconds,
 // with an error that says how to fix it. It does not close the database.
-func (s *Store) Migrate(ctx context.Context) error {
+// Once a call has succeeded, later calls on the same Store return nil
+// without touching the database.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+
+func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("sqlite: connect: %w", err)
 	}

@@ -54,7 +54,11 @@
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
 // WHERE … RETURNING statement; when it loses, a second SELECT on the same
 // in-process database reports the holder (no network round trip exists for
-// SQLite).
+// SQLite). Every write runs in a transaction of its own that commits before
+// its result is returned; a connection that is already inside a
+// transaction (a BEGIN in a connection hook or DSN pragma) is refused with
+// an error that says so, instead of a write that would roll back after
+// the caller trusted it.
 //
 // # Upgrading
 //
@@ -87,14 +91,16 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the SQLite store. It is safe for concurrent use; create it with
 // [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
-	tb  *timebase
+	db       *sql.DB
+	hub      notify.Hub
+	tb       *timebase
+	migrated schema.Once
 }
 
 var (
@@ -183,11 +189,16 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	leaseMillis := (req.Lease + time.Millisecond - 1).Milliseconds() // round up: never shorter than asked
 	var version, wall, renewed, expires int64
+	tx, err := s.begin(ctx, "acquire", req.Name)
+	if err != nil {
+		return leadership.Result{}, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
 	// A row is free when its term has expired by the host clock of this
 	// boot, when an earlier boot wrote it, or, when an older version of
 	// this package wrote it (host_boot ''), when it has expired by the wall
 	// clock, as that version judges it.
-	err := s.db.QueryRowContext(ctx, clockCTE(5)+`
+	err = tx.QueryRowContext(ctx, clockCTE(5)+`
 INSERT INTO leadership_flags (`+columns+`)
 SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
 ON CONFLICT (name) DO UPDATE SET
@@ -210,6 +221,9 @@ RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 		req.Name, req.Holder, req.Version, leaseMillis, s.tb.key, s.tb.boot).Scan(&version, &wall, &renewed, &expires)
 	switch {
 	case err == nil:
+		if err := tx.Commit(); err != nil {
+			return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: commit: %w", req.Name, err)
+		}
 		s.tb.observe(instant{host: renewed, wall: wall})
 		return leadership.Result{
 			Record: leadership.Record{
@@ -224,7 +238,7 @@ RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 	}
 	var r row
 	var now instant
-	err = s.db.QueryRowContext(ctx, clockCTE(2)+`
+	err = tx.QueryRowContext(ctx, clockCTE(2)+`
 SELECT holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at, c.host, c.wall
 FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
 		&r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry, &now.host, &now.wall)
@@ -240,14 +254,10 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	r, err := s.db.ExecContext(ctx, clockCTE(4)+`UPDATE leadership_flags
+	return s.update(ctx, "release", name, clockCTE(4)+`UPDATE leadership_flags
 SET holder = '', expires_at = MIN(expires_at, c.wall), host_expires_at = MIN(host_expires_at, c.host),
     host_writes = host_writes + 1
 FROM c WHERE name = ?1 AND holder = ?2 AND holder <> '' AND version = ?3`, name, holder, version, s.tb.key)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: release %q: %w", name, err)
-	}
-	return s.affected(r, name)
 }
 
 // Evict implements [leadership.Store.Evict].
@@ -255,20 +265,47 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	r, err := s.db.ExecContext(ctx, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
+	return s.update(ctx, "evict", name, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
 WHERE name = ? AND holder <> ''`, name)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: evict %q: %w", name, err)
-	}
-	return s.affected(r, name)
 }
 
-// affected reports whether r changed a row and, if so, wakes the flags of
-// this store waiting on name.
-func (s *Store) affected(r sql.Result, name string) (bool, error) {
+// begin starts the transaction that one write of the flag name runs in.
+// Every write commits before its result is trusted: SQLite refuses BEGIN on
+// a connection that is already inside a transaction (one a connection hook
+// or a DSN pragma opened, or a stray db.Exec("BEGIN") on a one-connection
+// pool), where a bare statement would have joined that transaction and
+// stayed uncommitted, to be rolled back after the caller trusted it.
+func (s *Store) begin(ctx context.Context, what, name string) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "within a transaction") {
+			return nil, fmt.Errorf("sqlite: %s %q: the connection is already inside a transaction, so the write would not commit; "+
+				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", what, name, err)
+		}
+		return nil, fmt.Errorf("sqlite: %s %q: begin: %w", what, name, err)
+	}
+	return tx, nil
+}
+
+// update runs the UPDATE query of a release or an eviction of name in its
+// own committed transaction, reports whether it changed a row and, if so,
+// wakes the flags of this store waiting on name.
+func (s *Store) update(ctx context.Context, what, name, query string, args ...any) (bool, error) {
+	tx, err := s.begin(ctx, what, name)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	r, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
 	n, err := r.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("sqlite: rows affected: %w", err)
+		return false, fmt.Errorf("sqlite: %s %q: rows affected: %w", what, name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: commit: %w", what, name, err)
 	}
 	if n > 0 {
 		s.hub.Notify(name)

@@ -21,8 +21,8 @@ func (o *runOptions) holdDefault() time.Duration {
 }
 
 // holdFlag keeps the flag held, renewed by its loop, until the instant
-// until (--hold after this process started leading), after the command
-// exited by itself. A signal ends the hold at once, and so does the end of
+// until (--hold after this process began to lead), after the command ran
+// and exited. A signal ends the hold at once, and so does the end of
 // the term (lost or not renewed in time); the caller then releases the
 // flag.
 func (o *runOptions) holdFlag(f *leadership.Flag, until time.Time, sigs <-chan os.Signal, log *slog.Logger) {
@@ -35,7 +35,7 @@ func (o *runOptions) holdFlag(f *leadership.Flag, until time.Time, sigs <-chan o
 	if !ok {
 		return
 	}
-	log.Info("holding the flag until --hold has passed since the command started", "name", o.name,
+	log.Info("holding the flag until --hold has passed since run began to lead", "name", o.name,
 		"hold", o.hold, "left", left.Round(time.Millisecond))
 	timer := time.NewTimer(left)
 	defer timer.Stop()
