@@ -73,3 +73,26 @@ func TestHoldAtLeastKeepsTheTermAfterClose(t *testing.T) {
 		}
 	})
 }
+
+// TestHoldAtLeastSkipsALostTerm: a term lost before Close (here evicted)
+// is not held: Close returns at once.
+func TestHoldAtLeastSkipsALostTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New()
+		a := build(t, s, "a", func(b *leadership.FlagBuilder) { b.HoldAtLeast(time.Hour) })
+		if _, err := s.Evict(context.Background(), "job"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(testLease / 2) // a's renewal at Lease/3 finds the term gone
+		if a.Raised() {
+			t.Fatal("a still raised after a renewal since its eviction")
+		}
+		start := time.Now()
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("Close of a lost term took %v, want no hold", took)
+		}
+	})
+}

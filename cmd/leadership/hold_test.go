@@ -108,3 +108,37 @@ func TestHoldEndsAtSignal(t *testing.T) {
 		t.Fatalf("a host after the hold was cut short = %d %q %q, want it to run", code, out, errs)
 	}
 }
+
+// TestHoldWithWaitAndUnstartedCommand: a host waiting with --wait shorter
+// than another's --hold exits 0 without running the job; a command that
+// could not be started is not held for.
+func TestHoldWithWaitAndUnstartedCommand(t *testing.T) {
+	dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	first := startRunScript(t, dsn, name, marks, cronJob, "--hold", "20s")
+	waitFor(t, 10*time.Second, "the job runs", func() bool { return len(starts(readMarks(t, marks))) == 1 })
+	begin := time.Now()
+	if code := startRunScript(t, dsn, name, marks, cronJob, "--wait", "2s", "--hold", "20s").wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("a host waiting 2 s during a 20 s hold exited %d, want 0", code)
+	}
+	if n := len(starts(readMarks(t, marks))); n != 1 || time.Since(begin) < 2*time.Second {
+		t.Fatalf("%d runs after %v; want the waiting host to give up after 2 s without running", n, time.Since(begin))
+	}
+	select {
+	case <-first.exited:
+		t.Fatal("the first host exited during its hold")
+	default:
+	}
+
+	other := uniqueName(t)
+	begin = time.Now()
+	if code, _, errs := cli(t, "run", "--dsn", dsn, "--name", other, "--skip-if-held", "--", "/no/such/command"); code != 127 {
+		t.Fatalf("missing command = %d, %q; want 127", code, errs)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Fatalf("run of a missing command with --skip-if-held took %v: held for the default 15 s lease", took)
+	}
+	if code, out, _ := cli(t, "run", "--dsn", dsn, "--name", other, "--skip-if-held", "--hold", "0", "--", "echo", "ran"); code != 0 || out != "ran\n" {
+		t.Fatalf("the next host = %d %q, want it to run: no hold after a command that never started", code, out)
+	}
+}

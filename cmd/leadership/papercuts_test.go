@@ -39,6 +39,7 @@ func TestUsageErrorComesFirst(t *testing.T) {
 		{[]string{"run", "--dsn", dsn, "--lease", "soon", "--name", "x", "--", "true"}, `leadership run: invalid value "soon" for flag -lease`, "Run 'leadership run --help' for usage."},
 		{[]string{"status", "--dsn", dsn, "--log-level", "loud"}, `leadership: usage: --log-level "loud"`, "Run 'leadership help' for usage."},
 		{[]string{"release", "--dsn", dsn}, "leadership release: usage: release takes one flag name", "Run 'leadership release --help' for usage."},
+		{[]string{"run", "--dsn", dsn, "--name", "x", "--hold", "-1s", "--", "true"}, "leadership run: usage: --hold -1s is negative", "Run 'leadership run --help' for usage."},
 		{[]string{"frobnicate"}, `leadership: unknown command "frobnicate"`, "Run 'leadership help' for usage."},
 	} {
 		code, out, errs := cli(t, tc.args...)
