@@ -48,15 +48,6 @@ func TestCronRunsOncePerSchedule(t *testing.T) {
 			}
 			// The host that ran it held the flag for the lease, 4 s from
 			// about when the job started, and then exited.
-			var ran *runner
-			for _, h := range hosts {
-				if h.cmd.Process.Pid == s[0].ppid {
-					ran = h
-				}
-			}
-			if ran == nil {
-				t.Fatalf("the job's parent %d is none of the hosts", s[0].ppid)
-			}
 			held := time.Since(s[0].at) // every host has exited
 			if held < 3900*time.Millisecond {
 				t.Fatalf("all hosts exited %v after the job started, want the holder to hold for about 4s", held)
