@@ -28,7 +28,9 @@ const runExamples = `  # A daemon that must run on exactly one host: start it on
   leadership run --dsn postgres://app@db/app --name indexer -- ./indexer --serve
 
   # A cron entry installed on every host: the first to start runs the job,
-  # the others exit 0 at once.
+  # the others exit 0 at once. The flag stays held for --hold after the job
+  # started (one --lease by default with --skip-if-held), so hosts whose cron
+  # fires up to that far apart run it once; raise it if they drift further.
   leadership run --dsn mysql://app:pw@db:3306/app --name nightly --skip-if-held -- ./nightly-report
 
   # Try it locally: two processes, one file; the second waits, then runs.
