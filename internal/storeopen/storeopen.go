@@ -29,7 +29,7 @@ const (
 )
 
 // Usage describes the accepted DSN forms, for help texts and errors.
-const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USER:PASS@HOST:PORT/DB?…"
+const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USER:PASS@HOST:PORT/DB?… (a unix socket: mysql://USER:PASS@unix(/PATH/TO/SOCKET)/DB or ?socket=/PATH/TO/SOCKET)"
 
 // Opened is an open store and what closes it.
 type Opened struct {
@@ -110,9 +110,16 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 	}
 }
 
-// MySQLNative turns mysql://USER:PASS@HOST:PORT/DB?PARAMS into
-// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?PARAMS, checking it. The
-// store's own parameter routines is checked and left out.
+// MySQLNative turns a mysql:// DSN into go-sql-driver's form, checking
+// it. The accepted forms are
+//
+//	mysql://USER:PASS@HOST:PORT/DB?PARAMS                    -> USER:PASS@tcp(HOST:PORT)/DB?PARAMS (port 3306 by default)
+//	mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB?PARAMS -> USER:PASS@unix(/run/mysqld/mysqld.sock)/DB?PARAMS
+//	mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock&PARAMS (the host is ignored and may be empty)
+//
+// USER and PASS are percent-encoded as in any URL; PARAMS are
+// go-sql-driver's, and the store's own [RoutinesParam], which is checked
+// and left out.
 func MySQLNative(dsn string) (string, error) {
 	native, _, err := mysqlNative(dsn)
 	return native, err
@@ -127,15 +134,54 @@ const RoutinesParam = "routines"
 // selects.
 func mysqlNative(dsn string) (string, []mysql.Option, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: mysql DSN %q: %s: want mysql://USER:PASS@HOST:PORT/DB?PARAMS", leadership.ErrInvalidArgument, Redact(dsn), why)
+		return fmt.Errorf("%w: mysql DSN %q: %s: want %s", leadership.ErrInvalidArgument, Redact(dsn), why, MySQLUsage)
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", nil, bad("not a URL") // url's error would show the password
+	cfg := gomysql.NewConfig()
+	var rawQuery string
+	var user *url.Userinfo
+	if m := mysqlUnix.FindStringSubmatch(dsn); m != nil {
+		// url.Parse cannot read unix(PATH) as a host: take it apart here and
+		// let url.Parse decode the rest, with a placeholder host.
+		u, err := url.Parse("mysql://" + m[1] + "unix/" + m[3])
+		if err != nil {
+			return "", nil, bad("not a URL") // url's error would show the password
+		}
+		if m[2] == "" {
+			return "", nil, bad("empty socket path in unix()")
+		}
+		cfg.Net, cfg.Addr, user, rawQuery = "unix", m[2], u.User, u.RawQuery
+		cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	} else {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", nil, bad("not a URL") // url's error would show the password
+		}
+		if u.Scheme != "mysql" {
+			return "", nil, bad("scheme is not mysql")
+		}
+		q := u.Query()
+		user, rawQuery, cfg.DBName = u.User, u.RawQuery, strings.TrimPrefix(u.Path, "/")
+		switch socket := q.Get("socket"); {
+		case q.Has("socket") && socket == "":
+			return "", nil, bad("empty socket= parameter")
+		case socket != "":
+			q.Del("socket")
+			cfg.Net, cfg.Addr, rawQuery = "unix", socket, q.Encode()
+		case u.Host == "":
+			return "", nil, bad("no host")
+		default:
+			cfg.Net, cfg.Addr = "tcp", u.Host
+			if u.Port() == "" {
+				cfg.Addr = u.Host + ":3306"
+			}
+		}
+	}
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return "", nil, bad("no database name")
 	}
 	var opts []mysql.Option
 	var params []string
-	for _, p := range strings.Split(u.RawQuery, "&") {
+	for _, p := range strings.Split(rawQuery, "&") {
 		key, value, _ := strings.Cut(p, "=")
 		if key != RoutinesParam {
 			if p != "" {
@@ -151,29 +197,14 @@ func mysqlNative(dsn string) (string, []mysql.Option, error) {
 			opts = []mysql.Option{mysql.WithoutRoutines()}
 		}
 	}
-	u.RawQuery = strings.Join(params, "&")
-	if u.Scheme != "mysql" {
-		return "", nil, bad("scheme is not mysql")
-	}
-	if u.Host == "" {
-		return "", nil, bad("no host")
-	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if db == "" || strings.Contains(db, "/") {
-		return "", nil, bad("no database name")
-	}
-	cfg := gomysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, db
-	if u.Port() == "" {
-		cfg.Addr = u.Host + ":3306"
-	}
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
+	rawQuery = strings.Join(params, "&")
+	if user != nil {
+		cfg.User = user.Username()
+		cfg.Passwd, _ = user.Password()
 	}
 	native := cfg.FormatDSN()
-	if u.RawQuery != "" {
-		native += "?" + u.RawQuery
+	if rawQuery != "" {
+		native += "?" + rawQuery
 	}
 	if _, err := gomysql.ParseDSN(native); err != nil {
 		why := err.Error()
@@ -184,6 +215,13 @@ func mysqlNative(dsn string) (string, []mysql.Option, error) {
 	}
 	return native, opts, nil
 }
+
+// MySQLUsage describes the accepted mysql:// forms, for errors.
+const MySQLUsage = "mysql://USER:PASS@HOST:PORT/DB?PARAMS, mysql://USER:PASS@unix(/PATH/TO/SOCKET)/DB?PARAMS or mysql://USER:PASS@localhost/DB?socket=/PATH/TO/SOCKET"
+
+// mysqlUnix matches mysql://[USERINFO@]unix(PATH)/DB[?PARAMS]: USERINFO@
+// (with its @), PATH, and DB with its parameters.
+var mysqlUnix = regexp.MustCompile(`^mysql://((?:.*@)?)unix\(([^)]*)\)/(.*)$`)
 
 // MySQLURL is the inverse of [MySQLNative] for a TCP address: it turns
 // go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB (the form of
