@@ -20,11 +20,13 @@ import (
 
 func TestMySQLNative(t *testing.T) {
 	for in, want := range map[string]string{
-		"mysql://lead:lead@127.0.0.1:3306/leadership":               "lead:lead@tcp(127.0.0.1:3306)/leadership",
-		"mysql://lead:p%40ss@db/app?parseTime=true":                 "lead:p@ss@tcp(db:3306)/app?parseTime=true",
-		"mysql://root@[::1]:3307/x?clientFoundRows=true&timeout=2s": "root@tcp([::1]:3307)/x?clientFoundRows=true&timeout=2s",
-		"mysql://u@h/db?parseTime=true&routines=false&timeout=2s":   "u@tcp(h:3306)/db?parseTime=true&timeout=2s",
-		"mysql://u@h/db?routines=true":                              "u@tcp(h:3306)/db",
+		"mysql://lead:lead@127.0.0.1:3306/leadership":                  "lead:lead@tcp(127.0.0.1:3306)/leadership",
+		"mysql://lead:p%40ss@db/app?parseTime=true":                    "lead:p@ss@tcp(db:3306)/app?parseTime=true",
+		"mysql://root@[::1]:3307/x?clientFoundRows=true&timeout=2s":    "root@tcp([::1]:3307)/x?clientFoundRows=true&timeout=2s",
+		"mysql://u@h/db?parseTime=true&routines=false&timeout=2s":      "u@tcp(h:3306)/db?parseTime=true&timeout=2s",
+		"mysql://u@h/db?routines=true":                                 "u@tcp(h:3306)/db",
+		"mysql://u@unix(/run/m.sock)/db?routines=false&parseTime=true": "u@unix(/run/m.sock)/db?parseTime=true",
+		"mysql://u@localhost/db?socket=/run/m.sock&routines=false":     "u@unix(/run/m.sock)/db",
 	} {
 		got, err := storeopen.MySQLNative(in)
 		if err != nil || got != want {
