@@ -11,6 +11,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/migrations"
+	"github.com/dbflag/leadership/mysql"
 )
 
 // autocommitOff is the DSN parameter that go-sql-driver passes on as
@@ -25,11 +26,15 @@ var autocommitOff = map[string]string{"autocommit": "0"}
 // and once a's pool closed its term was rolled back and b got a's token.
 func TestTermSurvivesItsHolderWithAutocommitOff(t *testing.T) {
 	t.Parallel()
+	inModes(t, termSurvivesItsHolder)
+}
+
+func termSurvivesItsHolder(t *testing.T, opts ...mysql.Option) {
 	// The schema is applied as an administrator would, with autocommit
 	// on; the two processes run without it.
 	admin := freshDatabase(t, testdb.MySQL(t), nil)
 	ctx := context.Background()
-	if err := newStore(t, openDB(t, admin)).Migrate(ctx); err != nil {
+	if err := newStore(t, openDB(t, admin), opts...).Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := driver.ParseDSN(admin)
@@ -39,7 +44,7 @@ func TestTermSurvivesItsHolderWithAutocommitOff(t *testing.T) {
 	cfg.Params = map[string]string{"autocommit": "0", "innodb_lock_wait_timeout": "2"}
 	dsn := cfg.FormatDSN()
 	dbA := openDB(t, dsn)
-	a, b := newStore(t, dbA), newStore(t, openDB(t, dsn))
+	a, b := newStore(t, dbA, opts...), newStore(t, openDB(t, dsn), opts...)
 	const name = "committed"
 	won, err := a.Acquire(ctx, leadership.Request{Name: name, Holder: "a", Lease: time.Minute})
 	if err != nil || !won.Acquired {
@@ -63,8 +68,9 @@ func TestTermSurvivesItsHolderWithAutocommitOff(t *testing.T) {
 // the DSN.
 func TestConformanceAutocommitOff(t *testing.T) {
 	t.Parallel()
-	dsn := freshDatabase(t, testdb.MySQL(t), autocommitOff)
-	runSuite(t, dsn)
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		runSuite(t, freshDatabase(t, testdb.MySQL(t), autocommitOff), opts...)
+	})
 }
 
 // TestNothingLeftOpenWithAutocommitOff checks, on a pool of one session
@@ -74,10 +80,14 @@ func TestConformanceAutocommitOff(t *testing.T) {
 // since, and that Migrate leaves the session's autocommit as it found it.
 func TestNothingLeftOpenWithAutocommitOff(t *testing.T) {
 	t.Parallel()
+	inModes(t, nothingLeftOpen)
+}
+
+func nothingLeftOpen(t *testing.T, opts ...mysql.Option) {
 	dsn := freshDatabase(t, testdb.MySQL(t), autocommitOff)
 	db := openDB(t, dsn)
 	db.SetMaxOpenConns(1)
-	s, other := newStore(t, db), newStore(t, openDB(t, dsn))
+	s, other := newStore(t, db, opts...), newStore(t, openDB(t, dsn), opts...)
 	ctx := context.Background()
 	// MySQL has no in_transaction, and its transaction tables need the
 	// PROCESS privilege: there, only the effects are checked.
@@ -190,12 +200,14 @@ func TestConformanceServerAutocommitOff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			dsn := srv.NewDatabase(t, "app")
-			var autocommit int
-			if err := openDB(t, dsn).QueryRow(`SELECT @@SESSION.autocommit`).Scan(&autocommit); err != nil || autocommit != 0 {
-				t.Fatalf("the application user's session has autocommit = %d, %v; want 0 from the server", autocommit, err)
-			}
-			runSuite(t, dsn)
+			inModes(t, func(t *testing.T, opts ...mysql.Option) {
+				dsn := srv.NewDatabase(t, "app")
+				var autocommit int
+				if err := openDB(t, dsn).QueryRow(`SELECT @@SESSION.autocommit`).Scan(&autocommit); err != nil || autocommit != 0 {
+					t.Fatalf("the application user's session has autocommit = %d, %v; want 0 from the server", autocommit, err)
+				}
+				runSuite(t, dsn, opts...)
+			})
 		})
 	}
 }

@@ -23,11 +23,15 @@ const (
 	errLockDeadlock      = 1213
 	errProcAccessDenied  = 1370
 	errSPDoesNotExist    = 1305
-	errQueryInterrupted  = 1317
-	errMaxExecTimeExceed = 3024 // MySQL max_execution_time
-	errStatementTimeout  = 1969 // MariaDB max_statement_time
-	errServerShutdown    = 1053
-	errConnectionKilled  = 1927 // MariaDB: connection was killed
+	errSPAlreadyExists   = 1304
+
+	errBinlogUnsafeRoutine          = 1418 // binary logging: a routine not declared deterministic
+	errBinlogCreateRoutineNeedSuper = 1419 // binary logging: creating a routine needs SUPER
+	errQueryInterrupted             = 1317
+	errMaxExecTimeExceed            = 3024 // MySQL max_execution_time
+	errStatementTimeout             = 1969 // MariaDB max_statement_time
+	errServerShutdown               = 1053
+	errConnectionKilled             = 1927 // MariaDB: connection was killed
 )
 
 // number returns the MySQL error number of err, or 0 when it has none.
@@ -62,8 +66,10 @@ func retryTransient(ctx context.Context, fn func() error) error {
 // fix it. It never shows the DSN.
 func describe(what string, err error) error {
 	switch n := number(err); {
-	case n == errTableAccessDenied || n == errProcAccessDenied || n == errDBAccessDenied:
-		return fmt.Errorf("mysql: %s: permission denied: grant the user SELECT, INSERT, UPDATE on leadership_flags and EXECUTE on leadership_acquire (and CREATE, CREATE ROUTINE, ALTER ROUTINE to run migrations): %w", what, err)
+	case n == errProcAccessDenied:
+		return fmt.Errorf("mysql: %s: permission denied: grant the user EXECUTE on leadership_acquire (or on the database), %s, where SELECT, INSERT, UPDATE on leadership_flags suffice: %w", what, statementModeHint, err)
+	case n == errTableAccessDenied || n == errDBAccessDenied:
+		return fmt.Errorf("mysql: %s: permission denied: grant the user SELECT, INSERT, UPDATE on leadership_flags and, unless in statement mode, EXECUTE on leadership_acquire (and CREATE, CREATE ROUTINE, ALTER ROUTINE to run migrations; CREATE alone in statement mode): %w", what, err)
 	case n == errAccessDenied:
 		return fmt.Errorf("mysql: %s: login refused: check the user and password of the DSN: %w", what, err)
 	case n == errBadDB:

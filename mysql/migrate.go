@@ -18,7 +18,11 @@ import (
 
 // Migrate checks the server version, applies the embedded migrations with
 // golang-migrate into the table [migrations.MigrationsTable] of the
-// connection's database, then checks the flag table's shape. Concurrent
+// connection's database, then checks the flag table's shape and, in
+// routine mode, creates the procedure if a statement-mode Migrate left it
+// out. In statement mode ([WithoutRoutines]) the migrations that create or
+// drop the procedure are applied as statements that change nothing, under
+// the same versions, so no routine privilege is needed. Concurrent
 // calls from many processes are serialized by golang-migrate's GET_LOCK.
 // It never closes db: golang-migrate gets a connection of its own, closed
 // afterwards. Once a call has succeeded, later calls on the same Store
@@ -34,15 +38,76 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 		return err
 	}
 	if err := s.migrate(ctx); err != nil {
-		// golang-migrate wraps the statements' errors in a database.Error
-		// that does not unwrap, so its text is read too.
-		if n := number(err); n == errTableAccessDenied || n == errDBAccessDenied || n == errSpecificDenied || strings.Contains(err.Error(), "denied") {
-			return fmt.Errorf("mysql: apply migrations: permission denied: the user needs CREATE, CREATE ROUTINE and ALTER ROUTINE on the database (or let an administrator apply the migrations and build flags with Migrate(false)): %w", err)
-		}
-		return describe("apply migrations", err)
+		return s.describeMigrate("apply migrations", err)
 	}
-	return s.checkShape(ctx)
+	if err := s.checkShape(ctx); err != nil {
+		return err
+	}
+	if s.noRoutines {
+		return nil
+	}
+	if err := s.ensureRoutine(ctx); err != nil {
+		return s.describeMigrate("create the procedure leadership_acquire", err)
+	}
+	return nil
 }
+
+// statementModeHint names statement mode, the way around every refusal to
+// create a routine.
+const statementModeHint = "or use statement mode, which needs no routine (mysql.WithoutRoutines(); routines=false in a mysql:// DSN of the leadership command)"
+
+// describeMigrate is describe for Migrate's errors, naming the privileges
+// the mode needs. golang-migrate wraps the statements' errors in a
+// database.Error that does not unwrap, so the error number is also read
+// from its text.
+func (s *Store) describeMigrate(what string, err error) error {
+	n := number(err)
+	if m := errNumberRE.FindStringSubmatch(err.Error()); n == 0 && m != nil {
+		v, _ := strconv.Atoi(m[1])
+		n = uint16(v)
+	}
+	switch {
+	case n == errBinlogUnsafeRoutine || n == errBinlogCreateRoutineNeedSuper:
+		return fmt.Errorf("mysql: %s: the server has binary logging on and refuses to create the procedure leadership_acquire for this user: "+
+			"set the global log_bin_trust_function_creators = 1 (on a managed server, in its parameter group), or grant the user SUPER, %s: %w", what, statementModeHint, err)
+	case n == errTableAccessDenied || n == errDBAccessDenied || n == errSpecificDenied || n == errProcAccessDenied || strings.Contains(err.Error(), "denied"):
+		if s.noRoutines {
+			return fmt.Errorf("mysql: %s: permission denied: the user needs CREATE on the database and SELECT, INSERT, UPDATE, DELETE on its tables "+
+				"(or let an administrator apply the migrations and build flags with Migrate(false)): %w", what, err)
+		}
+		return fmt.Errorf("mysql: %s: permission denied: the user needs CREATE, CREATE ROUTINE and ALTER ROUTINE on the database "+
+			"(and, for a DEFINER other than itself, SET USER or SUPER), or let an administrator apply the migrations and build flags with Migrate(false), %s: %w", what, statementModeHint, err)
+	}
+	return describe(what, err)
+}
+
+var errNumberRE = regexp.MustCompile(`\bError (\d{4})\b`)
+
+// ensureRoutine creates the procedure when the migrations are applied but
+// it is missing: the database was migrated in statement mode, whose
+// migrations skip routines (see statementFS). Two processes may create it
+// at once; the one that finds it created by the other is content.
+func (s *Store) ensureRoutine(ctx context.Context) error {
+	var n int
+	if err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_name = 'leadership_acquire'`).Scan(&n)
+	}); err != nil || n > 0 {
+		return err
+	}
+	body, err := migrations.FS.ReadFile(routineMigration)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, string(body)); err != nil && number(err) != errSPAlreadyExists {
+		return err
+	}
+	return nil
+}
+
+// routineMigration is the migration that creates the procedure Acquire
+// calls in routine mode, the newest one.
+const routineMigration = "mysql/0004_create_committing_acquire.up.sql"
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
 
@@ -103,6 +168,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	if !autocommit {
 		drv = autocommitOff{drv, conn}
+	}
+	if s.noRoutines {
+		return schema.ApplyFS(statementFS{migrations.FS}, "mysql", "mysql", drv)
 	}
 	return schema.Apply("mysql", "mysql", drv)
 }

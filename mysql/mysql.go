@@ -8,7 +8,8 @@
 //
 // # Statements and clock
 //
-// Acquire-or-renew is one round trip: CALL leadership_acquire(…), a stored
+// Acquire-or-renew is one round trip (in routine mode, the default; see
+// Statement mode): CALL leadership_acquire(…), a stored
 // procedure the migrations create, runs one INSERT … ON DUPLICATE KEY
 // UPDATE whose assignments change the row only when it is held by the
 // caller's term or expired, reports the outcome through LAST_INSERT_ID,
@@ -53,15 +54,40 @@
 // it commits whatever that session had left uncommitted. Acquire refuses a
 // procedure older than schema version 4, which did not commit.
 //
+// # Statement mode
+//
+// Some MySQL-compatible services have no stored routines (PlanetScale,
+// TiDB, sharded Vitess keyspaces), and some servers refuse to create one
+// for the application's user. With [WithoutRoutines] the store sends the
+// procedure's upsert as a plain statement, in a transaction of its own
+// with the read of its outcome (START TRANSACTION, upsert, SELECT of
+// LAST_INSERT_ID() and the row, COMMIT): four round trips per attempt
+// instead of one, the same outcome, committed before the reply is
+// trusted whatever the session's autocommit. [Store.Migrate] then creates
+// no routine: it applies the same migration versions, with those that
+// create or drop the procedure replaced by a statement that changes
+// nothing, so a database can change modes; in routine mode Migrate
+// creates the procedure when it is missing. A multi-statement batch would
+// save round trips but needs multiStatements and interpolateParams in the
+// DSN, and a batch that fails half-way leaves its transaction open; the
+// store does not depend on either.
+//
 // # Schema and privileges
 //
-// The table leadership_flags, the procedure leadership_acquire and
-// golang-migrate's version table leadership_schema_migrations live in the
-// connection's database. [Store.Migrate] needs CREATE, ALTER ROUTINE and
-// CREATE ROUTINE there; when an administrator applied the migrations, the
+// The table leadership_flags, the procedure leadership_acquire (routine
+// mode only) and golang-migrate's version table
+// leadership_schema_migrations live in the connection's database. In
+// routine mode [Store.Migrate] needs CREATE, ALTER ROUTINE and CREATE
+// ROUTINE there; when an administrator applied the migrations, the
 // application user needs SELECT, INSERT, UPDATE on leadership_flags,
-// EXECUTE on the procedure and SELECT on leadership_schema_migrations. The
-// procedure runs with the caller's privileges (SQL SECURITY INVOKER).
+// EXECUTE on the procedure and SELECT on leadership_schema_migrations. In
+// statement mode Migrate needs CREATE and SELECT, INSERT, UPDATE, DELETE on
+// the database's tables, and the application user SELECT, INSERT, UPDATE
+// on leadership_flags and SELECT on leadership_schema_migrations. Errors
+// from a server that refuses the procedure (1418, 1419, 1227 and other
+// denials) name the privilege, log_bin_trust_function_creators, and
+// statement mode. The procedure runs with the caller's privileges (SQL
+// SECURITY INVOKER).
 // Schema version 4 drops and re-creates the procedure (MySQL has no CREATE
 // OR REPLACE PROCEDURE), which drops an EXECUTE granted on it by name:
 // grant it again after migrating, or grant EXECUTE on the database.
@@ -89,12 +115,15 @@ import (
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
 // it with [New].
 type Store struct {
-	db       *sql.DB
-	hub      notify.Hub
-	migrated schema.Once
+	db         *sql.DB
+	hub        notify.Hub
+	migrated   schema.Once
+	noRoutines bool // statement mode: see WithoutRoutines
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
+	upsert  *sql.Stmt // statement mode: the upsert and the read of the row,
+	readRow *sql.Stmt // prepared at their first use
 }
 
 var (
@@ -102,9 +131,23 @@ var (
 	_ leadership.ReleaseNotifier = (*Store)(nil)
 )
 
-// Option configures a Store. There are none yet; the parameter keeps New's
-// signature stable.
+// Option configures a Store.
 type Option func(*Store)
+
+// WithoutRoutines selects statement mode, for servers that have no stored
+// routines (PlanetScale, TiDB, sharded Vitess keyspaces) or refuse to
+// create one for the user (binary logging without
+// log_bin_trust_function_creators: errors 1418 and 1419). Acquire then
+// sends the upsert of the procedure as plain statements in a short
+// transaction of its own (START TRANSACTION, the upsert, a read of the row
+// and of LAST_INSERT_ID, COMMIT): four round trips instead of one, with the
+// same outcome, committed before the reply is trusted whatever the
+// session's autocommit. The application user needs only SELECT, INSERT,
+// UPDATE on leadership_flags (and SELECT on leadership_schema_migrations),
+// and [Store.Migrate] creates no routine. Both modes work on one database
+// at once: a database migrated in statement mode gets the procedure at the
+// first Migrate in routine mode.
+func WithoutRoutines() Option { return func(s *Store) { s.noRoutines = true } }
 
 // New returns a store on db, a database opened with the "mysql" driver of
 // github.com/go-sql-driver/mysql. It never closes db. The schema is applied
@@ -130,6 +173,9 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		return leadership.Result{}, err
 	}
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
+	if s.noRoutines {
+		return s.acquireStatements(ctx, req, micros)
+	}
 	stmt, err := s.acquireStmt(ctx)
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
@@ -272,8 +318,8 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
 		out = nil
 		rows, err := tx.QueryContext(ctx, `
-SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
-FROM (SELECT `+nowMicros+` AS now) c LEFT JOIN leadership_flags f ON TRUE
+SELECT c.clock, f.name, f.holder, f.version, f.renewed_at, f.expires_at
+FROM (SELECT `+nowMicros+` AS clock) c LEFT JOIN leadership_flags f ON TRUE
 ORDER BY f.name`)
 		if err != nil {
 			return err

@@ -40,9 +40,9 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 	return db
 }
 
-func newStore(t testing.TB, db *sql.DB) *mysql.Store {
+func newStore(t testing.TB, db *sql.DB, opts ...mysql.Option) *mysql.Store {
 	t.Helper()
-	s, err := mysql.New(db)
+	s, err := mysql.New(db, opts...)
 	if err != nil {
 		t.Fatalf("mysql.New: %v", err)
 	}
@@ -92,8 +92,25 @@ func freshDatabase(t testing.TB, dsn string, params map[string]string) string {
 
 // runSuite runs the store suite on dsn, every store with a *sql.DB of its
 // own, as separate processes have.
-func runSuite(t *testing.T, dsn string) {
-	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn)) })
+func runSuite(t *testing.T, dsn string, opts ...mysql.Option) {
+	storetest.Run(t, func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn), opts...) })
+}
+
+// modes are the store's two ways to acquire: the procedure (the default)
+// and plain statements (WithoutRoutines).
+var modes = []struct {
+	name string
+	opts []mysql.Option
+}{{"routine", nil}, {"statement", []mysql.Option{mysql.WithoutRoutines()}}}
+
+// inModes runs test once in each mode, in parallel subtests.
+func inModes(t *testing.T, test func(t *testing.T, opts ...mysql.Option)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, m.opts...)
+		})
+	}
 }
 
 func isMariaDB(t testing.TB, db *sql.DB) bool {
@@ -192,21 +209,29 @@ func TestMigrateLeavesDBOpen(t *testing.T) {
 // nothing.
 func TestAcquireIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
+	checkStatementsPerAttempt(t, 1)
+}
+
+// checkStatementsPerAttempt checks, on a session of its own, that a
+// renewal by a store with opts sends want statements and, once the
+// connection has them, prepares nothing.
+func checkStatementsPerAttempt(t *testing.T, want int64, opts ...mysql.Option) {
+	t.Helper()
 	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
 	db.SetMaxOpenConns(1) // one session: the counters below are the store's
-	s := newStore(t, db)
+	s := newStore(t, db, opts...)
 	ctx := context.Background()
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Acquire(ctx, leadership.Request{Name: "one-round-trip", Holder: "a", Lease: time.Minute})
+	res, err := s.Acquire(ctx, leadership.Request{Name: "round-trips", Holder: "a", Lease: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
 	const attempts = 20
 	before := sessionStatus(t, db)
 	for range attempts {
-		if res, err = s.Acquire(ctx, leadership.Request{Name: "one-round-trip", Holder: "a", Version: res.Version, Lease: time.Minute}); err != nil || !res.Acquired {
+		if res, err = s.Acquire(ctx, leadership.Request{Name: "round-trips", Holder: "a", Version: res.Version, Lease: time.Minute}); err != nil || !res.Acquired {
 			t.Fatalf("renewal = %+v, %v", res, err)
 		}
 	}
@@ -215,8 +240,8 @@ func TestAcquireIsOneRoundTrip(t *testing.T) {
 		t.Errorf("%d attempts prepared %d statements, want none", attempts, d)
 	}
 	// Questions also counts the SHOW STATUS that read the second figures.
-	if d := after["Questions"] - before["Questions"] - 1; d != attempts {
-		t.Errorf("%d attempts sent %d statements, want one each", attempts, d)
+	if d := after["Questions"] - before["Questions"] - 1; d != want*attempts {
+		t.Errorf("%d attempts sent %d statements, want %d each", attempts, d, want)
 	}
 }
 

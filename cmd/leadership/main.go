@@ -51,7 +51,8 @@ of run, whose arguments are its own.
 
 DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...;
 a MySQL unix socket as mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB or
-mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock.
+mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock; add routines=false to a
+mysql:// DSN for servers without stored procedures.
 Passwords are never printed or logged.
 
 Exit codes:

@@ -5,6 +5,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -20,7 +21,13 @@ import (
 // caller's pool or database open (one made on a connection or a
 // throwaway *sql.DB).
 func Apply(dialect, driverName string, drv database.Driver) (err error) {
-	src, err := iofs.New(migrations.FS, dialect)
+	return ApplyFS(migrations.FS, dialect, driverName, drv)
+}
+
+// ApplyFS is [Apply] with the migrations read from fsys instead of
+// [migrations.FS] (a store may rewrite some of them).
+func ApplyFS(fsys fs.FS, dialect, driverName string, drv database.Driver) (err error) {
+	src, err := iofs.New(fsys, dialect)
 	if err != nil {
 		drv.Close()
 		return fmt.Errorf("read migrations: %w", err)

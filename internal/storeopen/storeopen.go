@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -92,7 +93,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 		}
 		return &Opened{Store: s, Kind: kind, close: pool.Close}, nil
 	default:
-		native, err := MySQLNative(dsn)
+		native, opts, err := mysqlNative(dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +101,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mysql: %v", err)
 		}
-		s, err := mysql.New(db)
+		s, err := mysql.New(db, opts...)
 		if err != nil {
 			db.Close()
 			return nil, err
@@ -117,8 +118,21 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 //	mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock&PARAMS (the host is ignored and may be empty)
 //
 // USER and PASS are percent-encoded as in any URL; PARAMS are
-// go-sql-driver's.
+// go-sql-driver's, and the store's own [RoutinesParam], which is checked
+// and left out.
 func MySQLNative(dsn string) (string, error) {
+	native, _, err := mysqlNative(dsn)
+	return native, err
+}
+
+// RoutinesParam is the parameter of a mysql:// DSN that selects the mysql
+// store's mode: routines=false is statement mode ([mysql.WithoutRoutines]),
+// routines=true (the default) the stored procedure.
+const RoutinesParam = "routines"
+
+// mysqlNative is MySQLNative, also returning the store's options the DSN
+// selects.
+func mysqlNative(dsn string) (string, []mysql.Option, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: mysql DSN %q: %s: want %s", leadership.ErrInvalidArgument, Redact(dsn), why, MySQLUsage)
 	}
@@ -130,31 +144,31 @@ func MySQLNative(dsn string) (string, error) {
 		// let url.Parse decode the rest, with a placeholder host.
 		u, err := url.Parse("mysql://" + m[1] + "unix/" + m[3])
 		if err != nil {
-			return "", bad("not a URL") // url's error would show the password
+			return "", nil, bad("not a URL") // url's error would show the password
 		}
 		if m[2] == "" {
-			return "", bad("empty socket path in unix()")
+			return "", nil, bad("empty socket path in unix()")
 		}
 		cfg.Net, cfg.Addr, user, rawQuery = "unix", m[2], u.User, u.RawQuery
 		cfg.DBName = strings.TrimPrefix(u.Path, "/")
 	} else {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return "", bad("not a URL") // url's error would show the password
+			return "", nil, bad("not a URL") // url's error would show the password
 		}
 		if u.Scheme != "mysql" {
-			return "", bad("scheme is not mysql")
+			return "", nil, bad("scheme is not mysql")
 		}
 		q := u.Query()
 		user, rawQuery, cfg.DBName = u.User, u.RawQuery, strings.TrimPrefix(u.Path, "/")
 		switch socket := q.Get("socket"); {
 		case q.Has("socket") && socket == "":
-			return "", bad("empty socket= parameter")
+			return "", nil, bad("empty socket= parameter")
 		case socket != "":
 			q.Del("socket")
 			cfg.Net, cfg.Addr, rawQuery = "unix", socket, q.Encode()
 		case u.Host == "":
-			return "", bad("no host")
+			return "", nil, bad("no host")
 		default:
 			cfg.Net, cfg.Addr = "tcp", u.Host
 			if u.Port() == "" {
@@ -163,8 +177,27 @@ func MySQLNative(dsn string) (string, error) {
 		}
 	}
 	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
-		return "", bad("no database name")
+		return "", nil, bad("no database name")
 	}
+	var opts []mysql.Option
+	var params []string
+	for _, p := range strings.Split(rawQuery, "&") {
+		key, value, _ := strings.Cut(p, "=")
+		if key != RoutinesParam {
+			if p != "" {
+				params = append(params, p)
+			}
+			continue
+		}
+		routines, err := strconv.ParseBool(value)
+		if err != nil {
+			return "", nil, bad(fmt.Sprintf("%s=%q: want %s=false (statement mode: no stored procedure) or %s=true", RoutinesParam, value, RoutinesParam, RoutinesParam))
+		}
+		if !routines {
+			opts = []mysql.Option{mysql.WithoutRoutines()}
+		}
+	}
+	rawQuery = strings.Join(params, "&")
 	if user != nil {
 		cfg.User = user.Username()
 		cfg.Passwd, _ = user.Password()
@@ -178,9 +211,9 @@ func MySQLNative(dsn string) (string, error) {
 		if cfg.Passwd != "" { // replacing "" would put xxxxx between every two characters
 			why = strings.ReplaceAll(why, cfg.Passwd, "xxxxx")
 		}
-		return "", bad(why)
+		return "", nil, bad(why)
 	}
-	return native, nil
+	return native, opts, nil
 }
 
 // MySQLUsage describes the accepted mysql:// forms, for errors.

@@ -2,20 +2,31 @@ package storeopen_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
+	"github.com/dbflag/leadership/internal/testdb"
 )
 
 func TestMySQLNative(t *testing.T) {
 	for in, want := range map[string]string{
-		"mysql://lead:lead@127.0.0.1:3306/leadership":               "lead:lead@tcp(127.0.0.1:3306)/leadership",
-		"mysql://lead:p%40ss@db/app?parseTime=true":                 "lead:p@ss@tcp(db:3306)/app?parseTime=true",
-		"mysql://root@[::1]:3307/x?clientFoundRows=true&timeout=2s": "root@tcp([::1]:3307)/x?clientFoundRows=true&timeout=2s",
+		"mysql://lead:lead@127.0.0.1:3306/leadership":                  "lead:lead@tcp(127.0.0.1:3306)/leadership",
+		"mysql://lead:p%40ss@db/app?parseTime=true":                    "lead:p@ss@tcp(db:3306)/app?parseTime=true",
+		"mysql://root@[::1]:3307/x?clientFoundRows=true&timeout=2s":    "root@tcp([::1]:3307)/x?clientFoundRows=true&timeout=2s",
+		"mysql://u@h/db?parseTime=true&routines=false&timeout=2s":      "u@tcp(h:3306)/db?parseTime=true&timeout=2s",
+		"mysql://u@h/db?routines=true":                                 "u@tcp(h:3306)/db",
+		"mysql://u@unix(/run/m.sock)/db?routines=false&parseTime=true": "u@unix(/run/m.sock)/db?parseTime=true",
+		"mysql://u@localhost/db?socket=/run/m.sock&routines=false":     "u@unix(/run/m.sock)/db",
 	} {
 		got, err := storeopen.MySQLNative(in)
 		if err != nil || got != want {
@@ -27,6 +38,10 @@ func TestMySQLNative(t *testing.T) {
 		if !errors.Is(err, leadership.ErrInvalidArgument) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument without the password", in, err)
 		}
+	}
+	if _, err := storeopen.MySQLNative("mysql://u:secret@h/db?routines=maybe"); !errors.Is(err, leadership.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), `routines="maybe": want routines=false`) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("routines=maybe: %v, want ErrInvalidArgument naming the parameter's values", err)
 	}
 	// Without a password, the driver's complaint reads as it is.
 	in := "mysql://root@h:1/db?timeout=forever"
@@ -94,6 +109,51 @@ func TestOpenSQLite(t *testing.T) {
 	defer o.Close()
 	if err := o.Store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenMySQLRoutinesParam checks that routines=false in a mysql:// DSN
+// selects the store's statement mode (Migrate creates no procedure, and
+// Acquire works without one) and that the default is the procedure.
+func TestOpenMySQLRoutinesParam(t *testing.T) {
+	cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	for param, procedures := range map[string]int{"?routines=false": 0, "": 1} {
+		var b [5]byte
+		_, _ = rand.Read(b[:])
+		c := *cfg
+		c.DBName = cfg.DBName + "_o" + hex.EncodeToString(b[:])
+		if _, err := admin.Exec("CREATE DATABASE `" + c.DBName + "`"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE `" + c.DBName + "`") })
+		dsn, err := storeopen.MySQLURL(c.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := storeopen.Open(ctx, dsn+param)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		if err := o.Store.Migrate(ctx); err != nil {
+			t.Fatalf("%q: Migrate: %v", param, err)
+		}
+		var n int
+		if err := admin.QueryRow(`SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = ?`, c.DBName).Scan(&n); err != nil || n != procedures {
+			t.Fatalf("%q: %d procedures after Migrate (%v), want %d", param, n, err, procedures)
+		}
+		if res, err := o.Store.Acquire(ctx, leadership.Request{Name: "f", Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+			t.Fatalf("%q: Acquire = %+v, %v", param, res, err)
+		}
 	}
 }
 
