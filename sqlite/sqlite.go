@@ -60,6 +60,13 @@
 // an error that says so, instead of a write that would roll back after
 // the caller trusted it.
 //
+// SQLite's write lock belongs to the process that holds it. A process
+// stopped (SIGSTOP, a debugger) inside one of its writes, which hold the
+// lock for about a millisecond (the commit's fsync) every renew interval,
+// keeps every other process's attempts waiting until it resumes or dies:
+// failover is delayed, never made unsafe, since a stopped holder's
+// [leadership.Flag.Raised] turns false at the end of its trust window.
+//
 // # Upgrading
 //
 // Migration 2 adds the host-clock columns to a file made by an older

@@ -161,13 +161,21 @@ func starts(marks []mark) []mark {
 // waitFor polls cond until it holds or limit passes.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !waitUntil(limit, cond) {
+		t.Fatalf("%s: not within %v", what, limit)
+	}
+}
+
+// waitUntil polls cond every 10 ms and reports whether it held within limit.
+func waitUntil(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // runner is one `leadership run` process.

@@ -90,8 +90,8 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	// The holder named by LEADERSHIP_PROCESS runs with a 2 s lease and logs JSON.
 	holder := exec.Command(bin, "run", "--", "sh", "-c", `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"; sleep 30`)
 	holder.Env = append(append(os.Environ(), env...), "MARKS="+marks)
-	var holderErr strings.Builder
-	holder.Stderr = &holderErr
+	holderErr := &syncBuffer{} // read below while the process still writes
+	holder.Stderr = holderErr
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
