@@ -110,6 +110,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
@@ -129,6 +130,7 @@ type Store struct {
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -178,10 +180,10 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	stmt, err := s.acquireStmt(ctx)
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
 	var res leadership.Result
-	err = retryTransient(ctx, func() error {
+	err = sqlstore.RetryOnce(ctx, transient, func() error {
 		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
 		rows, err := stmt.QueryContext(ctx, req.Name, req.Holder, req.Version, micros)
 		if err != nil {
@@ -190,7 +192,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		return scanAcquired(rows, &res)
 	})
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
 	return res, nil
 }
@@ -254,7 +256,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 	}
 	// holder always changes, so "rows affected" means the same with and
 	// without clientFoundRows.
-	return s.change(ctx, "release "+quote(name), name, `
+	return s.change(ctx, "release "+sqlstore.Quote(name), name, `
 UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
 WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
 }
@@ -264,7 +266,7 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.change(ctx, "evict "+quote(name), name,
+	return s.change(ctx, "evict "+sqlstore.Quote(name), name,
 		`UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
 }
 
@@ -273,7 +275,7 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 // changed the row and, if so, wakes this process's flags waiting for name.
 func (s *Store) change(ctx context.Context, what, name, query string, args ...any) (bool, error) {
 	var n int64
-	err := retryTransient(ctx, func() error {
+	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
 			r, err := tx.ExecContext(ctx, query, args...)
 			if err != nil {
@@ -352,5 +354,3 @@ ORDER BY f.name`)
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	return s.hub.Subscribe(name)
 }
-
-func quote(name string) string { return fmt.Sprintf("%q", name) }

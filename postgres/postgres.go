@@ -79,6 +79,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Channel is the NOTIFY channel of releases and evictions.
@@ -104,6 +105,7 @@ type Store struct {
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -169,7 +171,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
 	var res leadership.Result
-	err := retryTransient(ctx, func() error {
+	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) error {
 			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
 			err := conn.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
@@ -184,7 +186,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		})
 	})
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
 	return res, nil
 }
@@ -194,7 +196,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.changeAndNotify(ctx, "release "+quote(name), `
+	return s.changeAndNotify(ctx, "release "+sqlstore.Quote(name), `
 WITH changed AS (
     UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, now())
     WHERE name = $1 AND holder = $2 AND holder <> '' AND version = $3
@@ -209,7 +211,7 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.changeAndNotify(ctx, "evict "+quote(name), `
+	return s.changeAndNotify(ctx, "evict "+sqlstore.Quote(name), `
 WITH changed AS (
     UPDATE leadership_flags SET holder = '' WHERE name = $1 AND holder <> '' RETURNING name
 )
@@ -221,7 +223,7 @@ SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'n
 // reports whether it changed one.
 func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
 	var tag pgconn.CommandTag // SELECT n: one row per notified change
-	err := retryTransient(ctx, func() error {
+	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) (err error) {
 			tag, err = conn.Exec(ctx, sql, args...)
 			return err
@@ -286,5 +288,3 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 	}
 	return out, now, nil
 }
-
-func quote(name string) string { return fmt.Sprintf("%q", name) }
