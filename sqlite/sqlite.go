@@ -113,31 +113,26 @@ type Store struct {
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.SchemaVersioner = (*Store)(nil)
 )
-
-// Option configures a Store. There are none yet; the parameter keeps New's
-// signature stable.
-type Option func(*Store)
 
 // New returns a store on db, a database opened with modernc.org/sqlite
 // (see [Open]). It never closes db. The schema is applied by
 // [Store.Migrate], which [leadership.FlagBuilder.Build] calls by default.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
+func New(db *sql.DB) (*Store, error) { return newStore(db, nil) }
+
+// newStore is New with the timebase tb, the host's clock when nil.
+func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlite.New: db is nil", leadership.ErrInvalidArgument)
 	}
-	s := &Store{db: db}
-	for _, o := range opts {
-		o(s)
-	}
-	if s.tb == nil {
-		tb, err := system()
-		if err != nil {
+	if tb == nil {
+		var err error
+		if tb, err = system(); err != nil {
 			return nil, err
 		}
-		s.tb = tb
 	}
-	return s, nil
+	return &Store{db: db, tb: tb}, nil
 }
 
 // Open opens the SQLite database file at path with the settings that
