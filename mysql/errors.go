@@ -77,3 +77,8 @@ func describe(what string, err error) error {
 	}
 	return fmt.Errorf("mysql: %s: %w", what, err)
 }
+
+// errUncommittingProcedure is returned by Acquire when the database has the
+// procedure of schema version 2, which did not commit its upsert in a
+// session without autocommit.
+var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")

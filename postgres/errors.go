@@ -66,3 +66,7 @@ func describe(what string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
+
+// errInTransaction is returned when a statement of the store ran inside a
+// transaction the session had open before it.
+var errInTransaction = errors.New("the session was inside a transaction, so the statement was not committed and will be rolled back: the store needs sessions outside any transaction (does a pgx AfterConnect or PrepareConn hook run BEGIN?)")
