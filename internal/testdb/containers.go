@@ -81,7 +81,7 @@ func MySQL(t testing.TB) string {
 		// replaces the module's wait for MySQL's own log line, which
 		// MariaDB never prints
 		testcontainers.WithWaitStrategyAndDeadline(2*time.Minute,
-			mysqlLogin{user: "lead", password: "lead", database: "leadership"}))
+			&mysqlLogin{user: "lead", password: "lead", database: "leadership"}))
 	testcontainers.CleanupContainer(t, ctr)
 	if err != nil {
 		t.Fatalf("start a MySQL container: %v", err)
@@ -103,15 +103,16 @@ func MySQL(t testing.TB) string {
 // both: each server logs "ready for connections" twice (port 0, then
 // 3306), and what follows the port differs ("MySQL Community Server" or
 // MariaDB's version comment).
+// (A pointer: testcontainers-go asks reflect whether a strategy is nil.)
 type mysqlLogin struct{ user, password, database string }
 
-func (w mysqlLogin) String() string {
+func (w *mysqlLogin) String() string {
 	return fmt.Sprintf("a MySQL login as %s to %s over TCP", w.user, w.database)
 }
 
 // WaitUntilReady tries to log in every 250 ms until it succeeds, ctx ends
 // or the container stops, and then says what the last attempt met.
-func (w mysqlLogin) WaitUntilReady(ctx context.Context, target wait.StrategyTarget) error {
+func (w *mysqlLogin) WaitUntilReady(ctx context.Context, target wait.StrategyTarget) error {
 	var last error
 	for {
 		if last = w.login(ctx, target); last == nil {
@@ -128,7 +129,7 @@ func (w mysqlLogin) WaitUntilReady(ctx context.Context, target wait.StrategyTarg
 	}
 }
 
-func (w mysqlLogin) login(ctx context.Context, target wait.StrategyTarget) error {
+func (w *mysqlLogin) login(ctx context.Context, target wait.StrategyTarget) error {
 	host, err := target.Host(ctx)
 	if err != nil {
 		return err
