@@ -21,7 +21,7 @@ import (
 // them with LEADERSHIP_TEST_POSTGRES_IMAGE and LEADERSHIP_TEST_MYSQL_IMAGE.
 // The MySQL one may be a MySQL 8 or a MariaDB image (mariadb:10.11,
 // mariadb:11): both official images take the same MYSQL_* variables and
-// init scripts, and [mysqlLogin] waits for either.
+// init scripts, and the wait for a login (mysqlLogin) is right for both.
 const (
 	DefaultPostgresImage = "postgres:16-alpine"
 	DefaultMySQLImage    = "mysql:8.4"
@@ -102,8 +102,8 @@ func MySQL(t testing.TB) string {
 // server, after the init scripts ran. Log lines cannot say as much for
 // both: each server logs "ready for connections" twice (port 0, then
 // 3306), and what follows the port differs ("MySQL Community Server" or
-// MariaDB's version comment).
-// (A pointer: testcontainers-go asks reflect whether a strategy is nil.)
+// MariaDB's version comment). Use it as a pointer: testcontainers-go's
+// MultiStrategy.String asks reflect whether each strategy is nil.
 type mysqlLogin struct{ user, password, database string }
 
 func (w *mysqlLogin) String() string {
