@@ -107,7 +107,7 @@ func MySQL(t testing.TB) string {
 type mysqlLogin struct{ user, password, database string }
 
 func (w *mysqlLogin) String() string {
-	return fmt.Sprintf("a MySQL login as %s to %s over TCP", w.user, w.database)
+	return fmt.Sprintf("MySQL login as %s to %s over TCP", w.user, w.database)
 }
 
 // WaitUntilReady tries to log in every 250 ms until it succeeds, ctx ends
@@ -119,11 +119,11 @@ func (w *mysqlLogin) WaitUntilReady(ctx context.Context, target wait.StrategyTar
 			return nil
 		}
 		if state, err := target.State(ctx); err == nil && !state.Running {
-			return fmt.Errorf("the container stopped (%s, exit code %d) before %s: %w", state.Status, state.ExitCode, w, last)
+			return fmt.Errorf("wait for %s: the container stopped (%s, exit code %d); last attempt: %w", w, state.Status, state.ExitCode, last)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no %s: %w; last attempt: %w", w, ctx.Err(), last)
+			return fmt.Errorf("wait for %s: %w; last attempt: %w", w, ctx.Err(), last)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
