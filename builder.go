@@ -7,25 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Defaults of the optional settings of [FlagBuilder]. The durations that
-// are not listed derive from the lease: see each builder method.
-const (
-	// DefaultLease is the lease used unless [FlagBuilder.Lease] sets
-	// another. A crashed holder is replaced about one lease after its last
-	// renewal.
-	DefaultLease = 15 * time.Second
-	// DefaultMaxPollInterval caps the default poll interval of followers,
-	// which is Lease/3 but at most this, unless the store notifies
-	// releases across processes ([CrossProcessNotifier]). Set
-	// [FlagBuilder.PollInterval] to change it.
-	DefaultMaxPollInterval = 2 * time.Second
-)
+// DefaultLease is the lease used unless [FlagBuilder.Lease] sets another.
+// A crashed holder is replaced about one lease after its last renewal. The
+// other durations default to fractions of the lease: see each builder
+// method.
+const DefaultLease = 15 * time.Second
+
+// maxDefaultPollInterval caps the default poll interval on stores whose
+// release notifications do not reach other processes; documented on
+// [FlagBuilder.PollInterval] as "at most 2 s".
+const maxDefaultPollInterval = 2 * time.Second
 
 // FlagBuilder collects the settings of a [Flag]. Create it with [NewFlag],
 // chain the setters, then call [FlagBuilder.Build]. Setters never fail;
@@ -33,67 +31,58 @@ const (
 // fix. A builder is not safe for concurrent use; it may build several
 // flags.
 type FlagBuilder struct {
-	store         Store
-	name          string
-	process       string
-	lease         time.Duration
-	renewInterval time.Duration
-	pollInterval  time.Duration
-	timeout       time.Duration
-	safetyMargin  time.Duration
-	jitter        time.Duration
-	jitterSet     bool
-	logger        *slog.Logger
-	registerer    prometheus.Registerer
-	migrate       bool
-	precheck      func(context.Context) error
-	onRaise       func(context.Context)
-	onLower       func()
+	c config
+	// jitterSet records an explicit Jitter, whose zero disables jitter
+	// instead of asking for the default.
+	jitterSet bool
 }
 
 // NewFlag returns a builder with the defaults: lease [DefaultLease],
 // migrations applied at Build, no logging, no metrics.
 func NewFlag() *FlagBuilder {
-	return &FlagBuilder{migrate: true}
+	return &FlagBuilder{c: config{migrate: true}}
 }
 
 // Store sets the database the flag lives in. Mandatory.
-func (b *FlagBuilder) Store(s Store) *FlagBuilder { b.store = s; return b }
+func (b *FlagBuilder) Store(s Store) *FlagBuilder { b.c.store = s; return b }
 
 // Name sets the name of the flag: processes using the same name on the
 // same database compete for one leadership. Mandatory; at most
 // [MaxNameLength] bytes.
-func (b *FlagBuilder) Name(name string) *FlagBuilder { b.name = name; return b }
+func (b *FlagBuilder) Name(name string) *FlagBuilder { b.c.name = name; return b }
 
 // Process sets the name this process is known by in the database (the
 // holder). Optional; the default is hostname, pid and a random suffix, so
 // unique per flag. Two flags built with the same process name and flag name
 // still never both raise: renewal is scoped to the term each acquired.
-func (b *FlagBuilder) Process(process string) *FlagBuilder { b.process = process; return b }
+func (b *FlagBuilder) Process(process string) *FlagBuilder { b.c.process = process; return b }
 
 // Lease sets how long a term lasts after each successful renewal, by the
 // database clock. A crashed holder is replaced about one lease after its
 // last renewal. Optional; default [DefaultLease]; at least [MinLease].
-func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.lease = d; return b }
+func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.c.lease = d; return b }
 
 // RenewInterval sets how often the holder renews its term. Optional;
 // default Lease/3. RenewInterval + Timeout must be less than
 // Lease − SafetyMargin, so that a renewal can complete inside the trust
 // window.
-func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.renewInterval = d; return b }
+func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.c.renewInterval = d; return b }
 
 // PollInterval bounds how long a follower waits between attempts, so it
 // notices a release quickly even without a push notification. Followers
 // otherwise schedule their attempt for the holder's expiry. Optional;
-// default Lease/3, at most [DefaultMaxPollInterval] unless the store
-// notifies releases to other processes ([CrossProcessNotifier], as the
-// postgres store does): there a release wakes followers at once, so the
-// poll only covers a broken notification path and stays at Lease/3.
-func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.pollInterval = d; return b }
+// default Lease/3, at most 2 s unless the store notifies releases to
+// other processes (see [ReleaseNotifier]; the postgres store does): there
+// a release wakes followers at once, so the poll only covers a broken
+// notification path and stays at Lease/3. The store is asked before each
+// wait, and the 2 s cap applies whenever it reports its notifications
+// unavailable. A flag logs the value it uses, before that cap, in its
+// "flag starting" record at Debug level.
+func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.c.pollInterval = d; return b }
 
 // Timeout bounds each database call (acquire, renew, release). Optional;
 // default Lease/5.
-func (b *FlagBuilder) Timeout(d time.Duration) *FlagBuilder { b.timeout = d; return b }
+func (b *FlagBuilder) Timeout(d time.Duration) *FlagBuilder { b.c.timeout = d; return b }
 
 // SafetyMargin is how long before the earliest possible expiry the holder
 // lowers its flag: the trust window of a term is (local monotonic time
@@ -101,40 +90,40 @@ func (b *FlagBuilder) Timeout(d time.Duration) *FlagBuilder { b.timeout = d; ret
 // absorbs differences in clock rate between this process and the database
 // and the database clock's precision. Optional; default Lease/10; more than
 // zero and at most Lease/2.
-func (b *FlagBuilder) SafetyMargin(d time.Duration) *FlagBuilder { b.safetyMargin = d; return b }
+func (b *FlagBuilder) SafetyMargin(d time.Duration) *FlagBuilder { b.c.safetyMargin = d; return b }
 
 // Jitter sets the upper bound of a random delay added to each follower
 // attempt, so that followers do not all hit the database at the same
 // instant after an expiry. Optional; default Lease/20; zero disables it.
 func (b *FlagBuilder) Jitter(d time.Duration) *FlagBuilder {
-	b.jitter = d
+	b.c.jitter = d
 	b.jitterSet = true
 	return b
 }
 
 // Logger sets the structured logger: Debug for routine renewals, Info for
 // transitions, Warn for failed attempts. Optional; default discards.
-func (b *FlagBuilder) Logger(l *slog.Logger) *FlagBuilder { b.logger = l; return b }
+func (b *FlagBuilder) Logger(l *slog.Logger) *FlagBuilder { b.c.logger = l; return b }
 
 // MetricsRegisterer sets where the flag registers its Prometheus metrics
 // (see the package documentation). Optional; nil or unset means no
 // metrics. Several flags may share one registerer.
 func (b *FlagBuilder) MetricsRegisterer(r prometheus.Registerer) *FlagBuilder {
-	b.registerer = r
+	b.c.registerer = r
 	return b
 }
 
 // Migrate sets whether Build applies the store's schema migrations
 // (idempotent). Optional; default true. Turn it off when migrations are run
 // by a deployment step; see the README.
-func (b *FlagBuilder) Migrate(apply bool) *FlagBuilder { b.migrate = apply; return b }
+func (b *FlagBuilder) Migrate(apply bool) *FlagBuilder { b.c.migrate = apply; return b }
 
 // Precheck sets a hook called before every attempt, with a context bounded
 // by Timeout. When it returns an error the attempt is not made, and a held
 // flag is lowered and released: the hook vetoes leadership (for example
 // while this process is draining or not in the active region).
 func (b *FlagBuilder) Precheck(fn func(context.Context) error) *FlagBuilder {
-	b.precheck = fn
+	b.c.precheck = fn
 	return b
 }
 
@@ -142,15 +131,17 @@ func (b *FlagBuilder) Precheck(fn func(context.Context) error) *FlagBuilder {
 // is raised, with a context that is cancelled when that term of leadership
 // ends (lost, trust window over, or Close). It should return soon after the
 // context is done.
-func (b *FlagBuilder) OnRaise(fn func(ctx context.Context)) *FlagBuilder { b.onRaise = fn; return b }
+func (b *FlagBuilder) OnRaise(fn func(ctx context.Context)) *FlagBuilder { b.c.onRaise = fn; return b }
 
 // OnLower sets a function called each time the flag is lowered after having
 // been raised. Calls to OnLower are made one at a time, in order, from one
 // goroutine; Close waits for the last one to return, so OnLower must not
 // call Close.
-func (b *FlagBuilder) OnLower(fn func()) *FlagBuilder { b.onLower = fn; return b }
+func (b *FlagBuilder) OnLower(fn func()) *FlagBuilder { b.c.onLower = fn; return b }
 
-// config is the validated, completed set of settings.
+// config is the set of settings: as given to the builder, then validated
+// and completed by [FlagBuilder.config]. A new setting is a field here and
+// a setter above (plus its default and checks in FlagBuilder.config).
 type config struct {
 	store         Store
 	name          string
@@ -167,18 +158,29 @@ type config struct {
 	precheck      func(context.Context) error
 	onRaise       func(context.Context)
 	onLower       func()
+
+	// Test hooks, set per flag through export_test.go.
+
+	// randInt64N draws the random jitter and backoff; nil means
+	// rand.Int64N. The simulation makes it a function of virtual time so
+	// that a seed replays exactly.
+	randInt64N func(n int64) int64
+	// trustFromReply counts the trust window from the reply instead of the
+	// send: a deliberately wrong rule that the simulation must catch.
+	trustFromReply bool
+	// clocks reads the clock pair of suspend detection (suspend.go); nil
+	// means the operating system's clocks.
+	clocks clockPair
+
+	// pollNotifier is the store when the poll interval is the default on
+	// a store that can notify other processes; nil otherwise.
+	pollNotifier processNotifier
 }
 
 // config completes the defaults and checks every setting, joining one
 // error per wrong field.
 func (b *FlagBuilder) config() (config, error) {
-	c := config{
-		store: b.store, name: b.name, process: b.process, lease: b.lease,
-		renewInterval: b.renewInterval, pollInterval: b.pollInterval,
-		timeout: b.timeout, safetyMargin: b.safetyMargin, jitter: b.jitter,
-		logger: b.logger, registerer: b.registerer, migrate: b.migrate,
-		precheck: b.precheck, onRaise: b.onRaise, onLower: b.onLower,
-	}
+	c := b.c
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...))
@@ -211,6 +213,9 @@ func (b *FlagBuilder) config() (config, error) {
 		}
 	}
 	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
+	if n, ok := c.store.(processNotifier); ok && c.pollInterval == 0 {
+		c.pollNotifier = n // asked before each wait: Flag.pollInterval
+	}
 	defaultTo(&c.pollInterval, defaultPollInterval(c.store, c.lease), "PollInterval")
 	defaultTo(&c.timeout, c.lease/5, "Timeout")
 	defaultTo(&c.safetyMargin, c.lease/10, "SafetyMargin")
@@ -229,16 +234,20 @@ func (b *FlagBuilder) config() (config, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
+	if c.randInt64N == nil {
+		c.randInt64N = mathrand.Int64N
+	}
 	return c, errors.Join(errs...)
 }
 
-// defaultPollInterval is Lease/3, capped at [DefaultMaxPollInterval]
-// unless the store notifies releases to other processes.
+// defaultPollInterval is Lease/3, capped at maxDefaultPollInterval unless
+// the store can notify releases to other processes; whether its
+// notifications arrive is asked before each wait (Flag.pollInterval).
 func defaultPollInterval(store Store, lease time.Duration) time.Duration {
-	if n, ok := store.(CrossProcessNotifier); ok && n.NotifiesOtherProcesses() {
+	if _, ok := store.(processNotifier); ok {
 		return lease / 3
 	}
-	return min(lease/3, DefaultMaxPollInterval)
+	return min(lease/3, maxDefaultPollInterval)
 }
 
 // defaultProcess names this process: hostname, pid and a random suffix.
@@ -277,6 +286,7 @@ func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
 		return nil, err
 	}
 	f := newFlag(c, m)
+	m.watch(f)
 	if err := f.start(ctx); err != nil {
 		return nil, err
 	}

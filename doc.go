@@ -22,8 +22,9 @@
 // default), postgres (pgx v5) and mysql (MySQL and MariaDB) implement it;
 // memstore is an in-memory store for tests. Package storetest is the
 // conformance suite every store passes. Stores apply their schema (package
-// migrations) with golang-migrate at [FlagBuilder.Build] unless
-// [FlagBuilder.Migrate] is false.
+// migrations, in golang-migrate's format) at [FlagBuilder.Build] unless
+// [FlagBuilder.Migrate] is false; a version that a failed migration left
+// dirty fails Build with an error that says how to fix it.
 //
 // # Guarantees
 //
@@ -40,7 +41,8 @@
 //     false on time even when the background goroutine is stalled (a GC
 //     pause, SIGSTOP, a hung database call); a process frozen past its lease
 //     never sees Raised true while another holds the flag, and a reply that
-//     arrives after its window is not trusted.
+//     arrives after its window is not trusted. A suspended machine is
+//     another matter: its monotonic clock stops (see Suspend under Safety).
 //   - Fencing token. The row's version increases by exactly one at each new
 //     term (each acquisition that is not a renewal) and never otherwise;
 //     renewals keep it, release keeps it, rows are never deleted, so it never
@@ -55,8 +57,10 @@
 //     for the holder's expiry by the database clock (plus Jitter) and poll at
 //     least every PollInterval, so a crashed holder is replaced about one
 //     lease after its last renewal. PollInterval is Lease/3 by default,
-//     capped at 2 s unless the store notifies releases to every process
-//     ([CrossProcessNotifier]: postgres).
+//     capped at 2 s unless the store reports, when asked before each wait,
+//     that its release notifications reach every process (postgres, once
+//     its listener has received a notification it sent itself; see
+//     [ReleaseNotifier]).
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
@@ -75,10 +79,18 @@
 //     [Flag.Token] along and have the resource refuse tokens lower than the
 //     highest it has seen; the flag cannot protect resources that do not.
 //   - Safety rests on the assumptions stated under Safety below: the
-//     database clock does not jump backwards, and it runs at most
-//     Lease/(Lease−SafetyMargin) times as fast as any process's monotonic
-//     clock (11% with the default margin, far above real drift). Wall-clock
-//     jumps of a process do not matter: it uses its monotonic clock.
+//     database clock runs at most Lease/(Lease−SafetyMargin) times as fast
+//     as any process's monotonic clock (11% with the default margin, far
+//     above real drift), so a forward jump of the database clock by more
+//     than the margin breaks it (a backward jump only delays failover); a
+//     holder's machine is not suspended past its trust window unnoticed
+//     (on Linux the flag detects a suspend at its next check; see Suspend
+//     for the window that remains); and the database never loses a commit
+//     it acknowledged. Wall-clock jumps of a process do not matter: it uses
+//     its monotonic clock. On SQLite the database clock is the host's: on
+//     Linux CLOCK_BOOTTIME, which wall-clock steps do not move; on other
+//     systems the wall clock, whose steps are then steps of the database
+//     clock (see package sqlite).
 //   - A Store with a different contract voids the guarantees; use
 //     package storetest on your own stores.
 //
@@ -86,14 +98,76 @@
 //
 // Assumptions:
 //
-//   - The database clock does not jump backwards.
 //   - Clock rates agree within the safety margin: while the monotonic clock
 //     of a process advances by Lease − SafetyMargin, the database clock
-//     advances by at most Lease. A slower database clock is always safe.
+//     advances by at most Lease. This is the only assumption about the
+//     database clock. A slower database clock is always safe, and so is a
+//     backward jump: rows then expire later by that clock, which delays
+//     failover by the size of the jump and nothing else.
 //   - A statement takes effect between its send and its reply; a statement
 //     whose reply never arrives may take effect at any later time, or
-//     never.
+//     never. A reply is trusted only for a committed write: the mysql
+//     store commits whatever the session's autocommit, and the postgres
+//     store fails an attempt made in a session left inside a transaction.
+//   - The database never loses a commit it acknowledged.
 //   - The store obeys the [Store] contract.
+//
+// Database clock. A forward jump of the database clock breaks the rate
+// assumption: by more than SafetyMargin (less what drift has used), it
+// makes a row expire while its holder still trusts the term, and a
+// follower acquires: two leaders. The postgres and mysql stores read the
+// database server's wall clock (now(), UTC_TIMESTAMP(6)), so an NTP step
+// forward, an operator's date -s or a failover to a server whose clock is
+// ahead does this; let NTP slew that clock instead of stepping it (chrony
+// without makestep after boot, ntpd -x). The sqlite store reads the clock
+// of the host that runs every process sharing the file: on Linux
+// CLOCK_BOOTTIME, which does not step; elsewhere the wall clock, as above.
+// memstore, by default, compares Go's monotonic readings.
+//
+// Suspend. A stopped monotonic clock of the holder breaks the rate
+// assumption from the other side: the monotonic clock that Raised reads
+// (CLOCK_MONOTONIC on Linux) stops while the machine is suspended, while
+// the database clock and the other processes go on, so a holder resumed
+// after the end of its trust window would trust its term for as long again
+// as it slept. On Linux the flag detects this: CLOCK_BOOTTIME also counts
+// the time suspended, and the flag compares how far the two clocks
+// advanced, before each send and each precheck since the send that opened
+// the trust window, and on each reply or error since its own send. When
+// CLOCK_BOOTTIME advanced more than 10 ms further, the flag lowers at once
+// and does not trust the reply; the next attempt renews the term from a
+// new send if nobody took it. What remains: when a suspend carried the
+// machine past the end of the trust window, Raised can be true after the
+// resume while another process leads, until the next check. That check
+// is the loop's next attempt, which is due by the clock that stopped, so
+// at most RenewInterval after the resume (RenewInterval/2 while renewals
+// fail), or the return of an attempt or precheck that was in flight at the
+// suspend, at most Timeout after the resume: at most max(RenewInterval,
+// Timeout), 5 s with the default 15 s lease, plus scheduling delays.
+// Raised itself does not check (it stays one clock read); the lowering
+// timer does not either, since it fires on the clock that stopped, after
+// the next attempt. A job that must not overlap another by that much must
+// fence its writes with [Flag.Token]. Not detected at all: a suspend
+// shorter than 10 ms (it uses up safety margin like drift), suspend on
+// other systems (macOS's monotonic clock also stops during sleep), and a
+// pause of a virtual machine that stops the guest's clocks (both clocks
+// stop alike; a hypervisor that advances the guest's monotonic clock on
+// resume makes a pause look like SIGSTOP, which is safe). There the
+// assumption is that a holder's machine is never paused or suspended for
+// longer than SafetyMargin.
+//
+// Durability. Safety also assumes that an acknowledged acquisition or
+// renewal survives: when the database loses it, the row falls back to an
+// older state, so another process can acquire a term its holder still
+// trusts (a lost renewal), or get the same version as the holder (a lost
+// acquisition: two terms with one fencing token). This happens when the
+// database server or its host crashes while PostgreSQL runs with
+// synchronous_commit=off or MySQL or MariaDB with
+// innodb_flush_log_at_trx_commit ≠ 1, and on failover to an asynchronous
+// replica that had not received the last commits (Patroni's default;
+// managed read replicas). Run the database with durable commits and fail
+// over only to synchronous replicas; a guard for failover is planned
+// (issue 15). The sqlite store loses a commit only with its host, which
+// ends every process sharing the file too.
 //
 // Invariant: a process's trust window ends before the database can let
 // anyone else acquire. A process trusts a term only after a reply saying
@@ -141,9 +215,12 @@
 //
 // With [FlagBuilder.MetricsRegisterer], a flag registers on the given
 // registry only: [MetricState] (gauge, 1 while raised), [MetricTransitions],
-// [MetricAttemptDuration] and [MetricErrors], each labelled with the flag's
-// name and the process. Several flags share the collectors of one
-// registry; a closed flag deletes its series.
+// [MetricAttemptDuration], [MetricErrors], and for alerting rules
+// [MetricLease], [MetricRenewInterval], [MetricToken] and [MetricHealthy]
+// ([Flag.Check] at scrape time), each labelled with the flag's name and the
+// process. Several flags share the collectors of one registry; a closed
+// flag deletes its series. monitoring/prometheus/rules.yml holds alerting
+// rules over them.
 //
 // # Logging
 //

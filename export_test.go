@@ -1,18 +1,35 @@
 package leadership
 
-// Hooks for the simulation (sim_test.go). They change package variables
-// read by every flag, so call them only while no flag runs, and restore.
+import "time"
 
-// SetRandInt64NForTest replaces the source of jitter and backoff.
-func SetRandInt64NForTest(fn func(n int64) int64) (restore func()) {
-	old := randInt64N
-	randInt64N = fn
-	return func() { randInt64N = old }
+// Hooks for the simulation (sim_*_test.go). They set unexported fields of
+// the builder's config, so they affect only the flags built with that
+// builder and tests using them may run in parallel.
+
+// RandInt64NForTest replaces the source of jitter and backoff of the
+// flags built by b.
+func (b *FlagBuilder) RandInt64NForTest(fn func(n int64) int64) *FlagBuilder {
+	b.c.randInt64N = fn
+	return b
 }
 
-// SetTrustFromReplyForTest turns on the mutant that counts the trust
-// window from the reply instead of the send.
-func SetTrustFromReplyForTest() (restore func()) {
-	trustFromReply = true
-	return func() { trustFromReply = false }
+// TrustFromReplyForTest turns on, for the flags built by b, the mutant
+// that counts the trust window from the reply instead of the send.
+func (b *FlagBuilder) TrustFromReplyForTest() *FlagBuilder {
+	b.c.trustFromReply = true
+	return b
 }
+
+// ClocksForTest makes the flags built by b read the clock pair of suspend
+// detection (monotonic, and one that also counts suspend) from fn instead
+// of the operating system, so a test can suspend a simulated machine.
+func (b *FlagBuilder) ClocksForTest(fn func() (mono, boot time.Duration)) *FlagBuilder {
+	b.c.clocks = fn
+	return b
+}
+
+// OSClocksForTest reads the operating system's clock pair as flags do.
+var OSClocksForTest = osClocks
+
+// SuspendToleranceForTest is the growth of boot − mono taken for a suspend.
+const SuspendToleranceForTest = suspendTolerance

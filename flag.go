@@ -20,12 +20,9 @@ type Flag struct {
 	m   *metrics
 	log *slog.Logger
 
-	// base is the monotonic origin of the instants below, kept as
+	// base is the monotonic origin of the instants of the flag, kept as
 	// nanoseconds since base so they fit in atomics.
 	base time.Time
-	// trustedUntil is the end of the trust window of the held term, or 0
-	// when the flag is lowered. Raised is true while now < trustedUntil.
-	trustedUntil atomic.Int64
 	// lastAttemptDone is when the loop last finished an attempt.
 	lastAttemptDone atomic.Int64
 
@@ -35,6 +32,7 @@ type Flag struct {
 	wake       <-chan struct{} // release notifications; nil without a notifier
 	stopNotify func()
 	failures   int // consecutive failed attempts; loop goroutine only
+	susp       suspendWatch
 	events     *dispatcher
 
 	closeOnce sync.Once
@@ -42,21 +40,12 @@ type Flag struct {
 	closedCh  chan struct{}
 
 	mu sync.Mutex
-	// version is the term this process holds in the database as far as it
-	// knows, 0 for none. It outlives a lowered trust window: the term can
-	// still be renewed if nobody took it.
-	version int64
-	// termDeadline is the end of the trust window of the last renewal of
-	// version, kept after lowering for Check.
-	termDeadline int64
-	// raised is the announced state (metrics, callbacks, Wait).
-	raised     bool
-	termCtx    context.Context
-	termCancel context.CancelFunc
-	// raisedCh is closed while the flag is announced raised.
-	raisedCh   chan struct{}
-	holder     string
-	lowerTimer *time.Timer
+	// term is the held term (term.go); all but term.trustedUntil is
+	// guarded by mu.
+	term term
+	// holder is who held the flag at the last attempt, as the database
+	// reported it.
+	holder string
 }
 
 func newFlag(c config, m *metrics) *Flag {
@@ -67,9 +56,10 @@ func newFlag(c config, m *metrics) *Flag {
 		base:     time.Now(),
 		loopDone: make(chan struct{}),
 		closedCh: make(chan struct{}),
-		raisedCh: make(chan struct{}),
 		events:   newDispatcher(),
+		susp:     suspendWatch{clocks: c.clocks},
 	}
+	f.term.announcedCh = make(chan struct{})
 	return f
 }
 
@@ -103,7 +93,7 @@ func (f *Flag) start(ctx context.Context) error {
 // goroutine is stalled, so a process frozen past its lease never sees it
 // true while another process holds the flag.
 func (f *Flag) Raised() bool {
-	return f.now() < f.trustedUntil.Load()
+	return f.now() < f.term.trustedUntil.Load()
 }
 
 // Name returns the flag's name.
@@ -130,10 +120,10 @@ func (f *Flag) Holder() string {
 func (f *Flag) Token() (int64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.raised || !f.Raised() {
+	if !f.term.leading(f.now()) {
 		return 0, false
 	}
-	return f.version, true
+	return f.term.version, true
 }
 
 // Wait blocks until the flag is raised, ctx is done (returning ctx.Err())
@@ -143,18 +133,18 @@ func (f *Flag) Token() (int64, bool) {
 func (f *Flag) Wait(ctx context.Context) error {
 	for {
 		f.mu.Lock()
-		ch, raised := f.raisedCh, f.raised
+		ch, announced, leading := f.term.announcedCh, f.term.announced, f.term.leading(f.now())
 		f.mu.Unlock()
 		select {
 		case <-f.closedCh:
 			return ErrClosed
 		default:
 		}
-		if raised && f.Raised() {
+		if leading {
 			return nil
 		}
 		var settle <-chan time.Time
-		if raised { // announced but the trust window just ended: the timer lowers it soon
+		if announced { // announced but the trust window just ended: the timer lowers it soon
 			settle = time.After(time.Millisecond)
 		}
 		select {
@@ -178,14 +168,14 @@ func (f *Flag) Wait(ctx context.Context) error {
 // irreversible steps, or use [Flag.Token] for fencing.
 func (f *Flag) LeaderContext(parent context.Context) (context.Context, context.CancelFunc, bool) {
 	f.mu.Lock()
-	term, ok := f.termCtx, f.raised && f.Raised()
+	termCtx, ok := f.term.ctx, f.term.leading(f.now())
 	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(parent)
 	if !ok {
 		cancel()
 		return ctx, cancel, false
 	}
-	stop := context.AfterFunc(term, cancel)
+	stop := context.AfterFunc(termCtx, cancel)
 	return ctx, func() { stop(); cancel() }, true
 }
 
@@ -204,7 +194,7 @@ func (f *Flag) Check() error {
 	}
 	now := f.now()
 	f.mu.Lock()
-	version, deadline := f.version, f.termDeadline
+	version, deadline := f.term.version, f.term.deadline
 	f.mu.Unlock()
 	if version != 0 && now >= deadline {
 		return fmt.Errorf("%w: flag %q term %d not renewed for %v past its trust window",
@@ -229,12 +219,7 @@ func (f *Flag) Close() error {
 	f.closeOnce.Do(func() {
 		f.loopCancel()
 		<-f.loopDone
-		f.mu.Lock()
-		version := f.version
-		f.lowerLocked("closed")
-		f.version = 0
-		f.mu.Unlock()
-		if version != 0 {
+		if version := f.end("closed"); version != 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(f.loopCtx), f.c.timeout)
 			if err := f.release(ctx, version); err != nil {
 				f.closeErr = err
@@ -272,68 +257,3 @@ func (f *Flag) release(ctx context.Context, version int64) error {
 
 // now is the monotonic time since base.
 func (f *Flag) now() int64 { return int64(time.Since(f.base)) }
-
-// raiseLocked announces the flag raised. f.mu is held and trustedUntil
-// already set.
-func (f *Flag) raiseLocked() {
-	if f.raised {
-		return
-	}
-	f.raised = true
-	f.termCtx, f.termCancel = context.WithCancel(context.WithoutCancel(f.loopCtx))
-	close(f.raisedCh)
-	f.m.setState(true)
-	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag raised", slog.Int64("version", f.version))
-	if f.c.onRaise != nil {
-		go f.c.onRaise(f.termCtx)
-	}
-}
-
-// lowerLocked ends the trust window and, if the flag was announced raised,
-// announces it lowered. f.mu is held.
-func (f *Flag) lowerLocked(reason string) {
-	f.trustedUntil.Store(0)
-	if f.lowerTimer != nil {
-		f.lowerTimer.Stop()
-	}
-	if !f.raised {
-		return
-	}
-	f.raised = false
-	f.termCancel()
-	f.raisedCh = make(chan struct{})
-	f.m.setState(false)
-	f.log.LogAttrs(f.loopCtx, slog.LevelInfo, "flag lowered", slog.String("reason", reason), slog.Int64("version", f.version))
-	if f.c.onLower != nil {
-		f.events.post(f.c.onLower)
-	}
-}
-
-// extendLocked sets the trust window of the held term to deadline and arms
-// the timer that lowers the flag when it ends. f.mu is held.
-func (f *Flag) extendLocked(deadline int64) {
-	f.termDeadline = deadline
-	f.trustedUntil.Store(deadline)
-	wait := time.Duration(deadline - f.now())
-	if f.lowerTimer == nil {
-		f.lowerTimer = time.AfterFunc(wait, f.expire)
-	} else {
-		f.lowerTimer.Reset(wait)
-	}
-}
-
-// expire runs when a trust window ends: it lowers the flag unless a renewal
-// extended the window meanwhile.
-func (f *Flag) expire() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	deadline := f.trustedUntil.Load()
-	if deadline == 0 {
-		return
-	}
-	if wait := time.Duration(deadline - f.now()); wait > 0 {
-		f.lowerTimer.Reset(wait)
-		return
-	}
-	f.lowerLocked("trust window ended without renewal")
-}

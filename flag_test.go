@@ -117,6 +117,56 @@ func TestGracefulHandoverByPollingWithoutNotification(t *testing.T) {
 // withoutNotify hides the store's ReleaseNotifier.
 type withoutNotify struct{ leadership.Store }
 
+// silentNotifier claims, through reach, that its release notifications
+// reach other processes, but never sends one: a LISTEN behind a pooler in
+// transaction mode.
+type silentNotifier struct {
+	leadership.Store
+	reach atomic.Bool
+}
+
+func (s *silentNotifier) NotifyReleases(string) (<-chan struct{}, func()) { return nil, func() {} }
+func (s *silentNotifier) NotifiesOtherProcesses() bool                    { return s.reach.Load() }
+
+// TestDefaultPollFollowsTheStoresNotifications checks that a default poll
+// interval is Lease/3 only while the store reports that its notifications
+// reach other processes, asked at each wait, not once at Build.
+func TestDefaultPollFollowsTheStoresNotifications(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &silentNotifier{Store: memstore.New()}
+		s.reach.Store(true)
+		a := build(t, s, "a")
+		start := time.Now()
+		b := build(t, s, "b") // waits Lease/3 (3.33 s) before its next attempt
+		s.reach.Store(false)  // the store learns its notifications do not arrive
+		time.Sleep(testLease/3 + 500*time.Millisecond)
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// b's attempt at Lease/3 found a holding; its next wait is capped
+		// at 2 s, so it takes over at Lease/3 + 2 s.
+		if got, want := time.Since(start), testLease/3+2*time.Second; got != want {
+			t.Fatalf("b took over %v after Build, want %v", got, want)
+		}
+
+		s.reach.Store(true)
+		c := build(t, s, "c")
+		start = time.Now()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := time.Since(start), testLease/3; got != want {
+			t.Fatalf("with notifications reported, c polled after %v, want Lease/3 = %v", got, want)
+		}
+	})
+}
+
 func TestCrashedHolderIsReplacedAtItsExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New()

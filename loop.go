@@ -3,19 +3,7 @@ package leadership
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"time"
-)
-
-// Test hooks, set only by the simulation (export_test.go) while no flag
-// runs.
-var (
-	// randInt64N draws the random jitter and backoff; the simulation makes
-	// it a function of virtual time so that a seed replays exactly.
-	randInt64N = rand.Int64N
-	// trustFromReply counts the trust window from the reply instead of the
-	// send: a deliberately wrong rule that the simulation must catch.
-	trustFromReply bool
 )
 
 // run is the background loop: one goroutine, one timer, woken early by
@@ -49,22 +37,25 @@ func (f *Flag) run(delay time.Duration) {
 func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 	defer func() { f.lastAttemptDone.Store(f.now()) }()
 	if f.c.precheck != nil {
+		f.checkSuspend(ctx) // the precheck may take Timeout: lower before it
 		pctx, cancel := context.WithTimeout(ctx, f.c.timeout)
 		err := f.c.precheck(pctx)
 		cancel()
 		if err != nil {
 			f.veto(ctx, err)
-			return f.c.pollInterval, nil
+			return f.pollInterval(), nil
 		}
 	}
 	f.mu.Lock()
-	version := f.version
+	version := f.term.version
 	f.mu.Unlock()
 
+	atSend := f.checkSuspend(ctx)
 	sent := f.now() // the trust window counts from before the request leaves
 	actx, cancel := context.WithTimeout(ctx, f.c.timeout)
 	res, err := f.c.store.Acquire(actx, Request{Name: f.c.name, Holder: f.c.process, Version: version, Lease: f.c.lease})
 	cancel()
+	_, suspended := f.lowerIfSuspended(ctx, atSend)
 	seconds := time.Duration(f.now() - sent).Seconds()
 
 	if err != nil {
@@ -78,76 +69,21 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 		return f.retryDelay(version != 0), err
 	}
 	f.failures = 0
+	if res.Acquired && suspended {
+		f.m.observeAttempt("acquired", seconds)
+		f.untrusted(res)
+		f.failures++ // renew from a new send soon, with backoff if it recurs
+		return f.retryDelay(true), nil
+	}
 	if res.Acquired {
 		f.m.observeAttempt("acquired", seconds)
 		f.acquired(ctx, res, sent)
+		f.susp.window = atSend
 		return f.c.renewInterval, nil
 	}
 	f.m.observeAttempt("held_by_other", seconds)
 	f.lost(ctx, res)
 	return f.followDelay(res), nil
-}
-
-// acquired handles a successful acquire or renewal sent at sent.
-func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.holder = res.Holder
-	if f.version != 0 && f.version != res.Version {
-		// Our former term ended (another process held the flag in
-		// between) and this is a new one.
-		f.lowerLocked("term replaced by a new term")
-	}
-	renewed := f.version == res.Version
-	f.version = res.Version
-	if trustFromReply { // a deliberately wrong rule, for the simulation's mutant test only
-		sent = f.now()
-	}
-	deadline := sent + int64(f.c.lease-f.c.safetyMargin)
-	if f.now() >= deadline {
-		// The reply came too late to trust (stall, slow database): stay
-		// lowered; the next attempt renews the term if nobody took it.
-		f.lowerLocked("reply arrived after the trust window")
-		f.log.LogAttrs(ctx, slog.LevelWarn, "acquired too late to trust; staying lowered",
-			slog.Int64("version", res.Version))
-		return
-	}
-	f.extendLocked(deadline)
-	if renewed && f.raised {
-		f.log.LogAttrs(ctx, slog.LevelDebug, "renewed", slog.Int64("version", res.Version),
-			slog.Time("expires_at", res.ExpiresAt))
-	}
-	f.raiseLocked()
-}
-
-// lost handles an attempt that found the flag held by another term.
-func (f *Flag) lost(ctx context.Context, res Result) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if res.Holder != f.holder {
-		f.log.LogAttrs(ctx, slog.LevelDebug, "flag held by another process",
-			slog.String("holder", res.Holder), slog.Int64("version", res.Version), slog.Time("expires_at", res.ExpiresAt))
-	}
-	f.holder = res.Holder
-	if f.version != 0 {
-		f.version = 0
-		f.lowerLocked("lost the term to another process or an eviction")
-	}
-}
-
-// veto handles a precheck that refused leadership.
-func (f *Flag) veto(ctx context.Context, reason error) {
-	f.mu.Lock()
-	version := f.version
-	f.version = 0
-	f.lowerLocked("vetoed by precheck")
-	f.mu.Unlock()
-	f.log.LogAttrs(ctx, slog.LevelDebug, "precheck vetoed leadership", slog.Any("reason", reason))
-	if version != 0 {
-		rctx, cancel := context.WithTimeout(ctx, f.c.timeout)
-		_ = f.release(rctx, version) // logged; the term expires if this fails
-		cancel()
-	}
 }
 
 // followDelay schedules a follower's next attempt for the holder's expiry
@@ -156,7 +92,20 @@ func (f *Flag) followDelay(res Result) time.Duration {
 	wait := max(res.ExpiresAt.Sub(res.Now), 0) + f.randomJitter()
 	// The floor keeps a follower from spinning when a losing result
 	// reports no expiry (a row it could not read).
-	return max(min(wait, f.c.pollInterval), min(10*time.Millisecond, f.c.pollInterval))
+	poll := f.pollInterval()
+	return max(min(wait, poll), min(10*time.Millisecond, poll))
+}
+
+// pollInterval is the longest wait of a follower now: the PollInterval
+// setting, capped at maxDefaultPollInterval while the store behind a
+// default poll interval reports that its release notifications do not
+// reach this process (asked at each wait: a store learns only after Build
+// whether they arrive).
+func (f *Flag) pollInterval() time.Duration {
+	if f.c.pollNotifier != nil && !f.c.pollNotifier.NotifiesOtherProcesses() {
+		return min(f.c.pollInterval, maxDefaultPollInterval)
+	}
+	return f.c.pollInterval
 }
 
 // retryDelay backs off exponentially after failed attempts: from a quarter
@@ -164,18 +113,18 @@ func (f *Flag) followDelay(res Result) time.Duration {
 // retries several times inside its trust window) and at the poll interval
 // for a follower.
 func (f *Flag) retryDelay(holding bool) time.Duration {
-	limit := f.c.pollInterval
+	limit := f.pollInterval()
 	if holding {
 		limit = f.c.renewInterval / 2
 	}
 	wait := f.c.timeout / 4 << min(f.failures-1, 16)
 	wait = min(wait, limit)
-	return max(wait/2+time.Duration(randInt64N(int64(wait/2)+1)), time.Millisecond)
+	return max(wait/2+time.Duration(f.c.randInt64N(int64(wait/2)+1)), time.Millisecond)
 }
 
 func (f *Flag) randomJitter() time.Duration {
 	if f.c.jitter <= 0 {
 		return 0
 	}
-	return time.Duration(randInt64N(int64(f.c.jitter) + 1))
+	return time.Duration(f.c.randInt64N(int64(f.c.jitter) + 1))
 }

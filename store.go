@@ -78,6 +78,19 @@ type Store interface {
 // wait for the next poll. The postgres store implements it with
 // LISTEN/NOTIFY; the sqlite and memory stores notify the flags of the same
 // process.
+//
+// A store whose notifications reach the flags of every process sharing the
+// database, not only those of the same Store value, also has the method
+//
+//	NotifiesOtherProcesses() bool
+//
+// reporting true (the postgres store, once its listener has received a
+// notification it sent itself). Followers then need not poll for a
+// graceful release, so the default [FlagBuilder.PollInterval] on a store
+// with this method is Lease/3 without the 2 s cap. The method must be
+// cheap: a flag asks it before each wait, and the cap applies while it
+// reports false (not yet confirmed, the notification path broken, or
+// notifications never arriving, as behind a pooler in transaction mode).
 type ReleaseNotifier interface {
 	// NotifyReleases returns a channel that receives a value (it is
 	// buffered; values are dropped, never blocked on, when one is already
@@ -88,18 +101,10 @@ type ReleaseNotifier interface {
 	NotifyReleases(name string) (<-chan struct{}, func())
 }
 
-// CrossProcessNotifier is implemented by a [ReleaseNotifier] whose
-// notifications can reach the flags of every process sharing the database,
-// not only those of the same Store value (the postgres store: LISTEN/NOTIFY).
-// When NotifiesOtherProcesses reports true, followers need not poll for a
-// graceful release, so the default [FlagBuilder.PollInterval] of a flag on
-// that store is Lease/3 without the [DefaultMaxPollInterval] cap. Polling
-// still bounds how late a release is seen while the notification path is
-// broken.
-type CrossProcessNotifier interface {
+// processNotifier is a [ReleaseNotifier] that can say whether its
+// notifications reach every process sharing the database.
+type processNotifier interface {
 	ReleaseNotifier
-	// NotifiesOtherProcesses reports whether a release by any process
-	// sharing the database is notified to this store's subscribers.
 	NotifiesOtherProcesses() bool
 }
 

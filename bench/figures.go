@@ -206,15 +206,20 @@ type loadRow struct {
 	err                error
 }
 
+// defaultPollCap caps our flag's default PollInterval on a store whose
+// release notifications do not reach other processes: 2 s, as documented
+// on leadership.FlagBuilder.PollInterval (storetest checks that flags
+// choose it).
+const defaultPollCap = 2 * time.Second
+
 // defaultPoll is our flag's default PollInterval at lease on a database of
-// kind, as the builder chooses it: Lease/3, capped at
-// DefaultMaxPollInterval except on PostgreSQL, whose NOTIFY of a release
-// reaches every process.
+// kind, as the builder chooses it: Lease/3, capped at defaultPollCap
+// except on PostgreSQL, whose NOTIFY of a release reaches every process.
 func defaultPoll(kind string, lease time.Duration) time.Duration {
 	if kind == "postgres" {
 		return lease / 3
 	}
-	return min(lease/3, leadership.DefaultMaxPollInterval)
+	return min(lease/3, defaultPollCap)
 }
 
 // loadFigure runs three processes per configuration, all configurations
@@ -238,7 +243,7 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 		c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours", lease, 0, 10*time.Millisecond))
 		cfgs = append(cfgs, c)
 		if t.kind == "postgres" {
-			capped := min(lease/3, leadership.DefaultMaxPollInterval)
+			capped := min(lease/3, defaultPollCap)
 			c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
 				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}}
 			c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours-poll", lease, capped, 10*time.Millisecond))

@@ -3,10 +3,10 @@ package cronflag_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -15,8 +15,11 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/cronflag"
 	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/memstore"
 )
+
+// The tests run in virtual time (testing/synctest) on the in-memory store:
+// the flags' schedule and the jobs' tickers advance without real sleeps.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -36,9 +39,13 @@ func buildFlag(t *testing.T, s leadership.Store) *leadership.Flag {
 // the leader watches its context. When the leader is cut off, its job is
 // told to stop before any other scheduler's job starts.
 func TestWrapperRunsOnlyOnLeaderAndStopsJobWhenLeadershipMoves(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	cut := faultstore.Wrap(testdb.SQLite(t, path))
-	flags := []*leadership.Flag{buildFlag(t, cut), buildFlag(t, testdb.SQLite(t, path)), buildFlag(t, testdb.SQLite(t, path))}
+	synctest.Test(t, testLeadershipMoves)
+}
+
+func testLeadershipMoves(t *testing.T) {
+	s := memstore.New()
+	cut := faultstore.Wrap(s)
+	flags := []*leadership.Flag{buildFlag(t, cut), buildFlag(t, s), buildFlag(t, s)}
 
 	var running atomic.Int32 // jobs running right now, across schedulers
 	var overlap atomic.Bool
@@ -102,9 +109,13 @@ func TestWrapperRunsOnlyOnLeaderAndStopsJobWhenLeadershipMoves(t *testing.T) {
 }
 
 func TestWrapperSkipsPlainJobsOnFollowers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	leader := buildFlag(t, testdb.SQLite(t, path))
-	follower := buildFlag(t, testdb.SQLite(t, path))
+	synctest.Test(t, testSkipsPlainJobs)
+}
+
+func testSkipsPlainJobs(t *testing.T) {
+	s := memstore.New()
+	leader := buildFlag(t, s)
+	follower := buildFlag(t, s)
 	var runs [2]atomic.Int32
 	c := cron.New(cron.WithSeconds())
 	for i, f := range []*leadership.Flag{leader, follower} {

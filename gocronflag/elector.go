@@ -18,14 +18,16 @@
 // # Locker
 //
 // [NewLocker] makes a gocron.Locker from a [leadership.Store]: each run of
-// a job takes the row "gocron-lock:<job name>" for one lease. It fits the
-// row model, but it is weaker than the Elector and gocron documents why: a
-// lock is taken per run, so schedulers whose clocks differ race for each
-// tick, and a run longer than the lock's lease keeps running after the lock
-// could be taken by another scheduler (the locker renews the lock while the
-// run lasts, but cannot stop the run if a renewal fails). Use it only for
-// per-job mutual exclusion where an occasional overlap is harmless;
-// otherwise use the Elector.
+// a job takes the row "gocron-lock:<job name>" for one lease (a job name
+// too long or not valid as a row name gets a readable start and its
+// SHA-256 instead, so distinct jobs never share a row: see [LockName]). It
+// fits the row model, but it is weaker than the Elector and gocron
+// documents why: a lock is taken per run, so schedulers whose clocks differ
+// race for each tick, and a run longer than the lock's lease keeps running
+// after the lock could be taken by another scheduler (the locker renews
+// the lock while the run lasts, but cannot stop the run if a renewal
+// fails). Use it only for per-job mutual exclusion where an occasional
+// overlap is harmless; otherwise use the Elector.
 package gocronflag
 
 import (

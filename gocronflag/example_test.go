@@ -2,6 +2,7 @@ package gocronflag_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -42,20 +43,37 @@ func ExampleElector() {
 	// Output: the leader ran the job
 }
 
-// Per-job locks on the same table, for jobs where gocron's Locker fits.
+// Per-job locks on the same table, for jobs where gocron's Locker fits:
+// the scheduler that locks a job's run first runs it, and the others skip
+// that run.
 func ExampleNewLocker() {
 	db, _ := sqlite.Open(":memory:")
 	defer db.Close()
 	store, _ := sqlite.New(db)
-	locker, err := gocronflag.NewLocker(context.Background(), store, "host-a", 30*time.Second)
+	ctx := context.Background()
+	a, err := gocronflag.NewLocker(ctx, store, "host-a", 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	b, err := gocronflag.NewLocker(ctx, store, "host-b", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// What gocron does before each run of the job named "report".
+	lock, err := a.Lock(ctx, "report")
+	fmt.Println("host-a locks report:", err)
+	_, err = b.Lock(ctx, "report")
+	fmt.Println("host-b finds report locked:", errors.Is(err, gocronflag.ErrLocked))
+	_ = lock.Unlock(ctx)
+
+	// In a service: one scheduler per instance, all with a locker.
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(a))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer s.Shutdown()
-	fmt.Println("scheduler with job locks ready")
-	// Output: scheduler with job locks ready
+	// Output:
+	// host-a locks report: <nil>
+	// host-b finds report locked: true
 }

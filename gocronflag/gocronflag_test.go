@@ -3,10 +3,10 @@ package gocronflag_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -15,8 +15,12 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/gocronflag"
 	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/memstore"
 )
+
+// The tests run in virtual time (testing/synctest) on the in-memory store:
+// the flags, the lockers and gocron's schedulers advance without real
+// sleeps.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -29,13 +33,17 @@ type run struct {
 }
 
 func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	cut := faultstore.Wrap(testdb.SQLite(t, path))
+	synctest.Test(t, testElectorMovesSafely)
+}
+
+func testElectorMovesSafely(t *testing.T) {
+	db := memstore.New()
+	cut := faultstore.Wrap(db)
 	var flags []*leadership.Flag
 	for i := range 3 {
 		store := leadership.Store(cut)
 		if i > 0 {
-			store = testdb.SQLite(t, path)
+			store = db
 		}
 		f, err := leadership.NewFlag().Store(store).Name("jobs").Lease(lease).PollInterval(100 * time.Millisecond).Build(context.Background())
 		if err != nil {
@@ -100,13 +108,17 @@ func TestElectorRunsJobsOnOneSchedulerAndMovesSafely(t *testing.T) {
 }
 
 func TestElectorNamesTheHolder(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
-	a, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-a").Build(context.Background())
+	synctest.Test(t, testElectorNamesTheHolder)
+}
+
+func testElectorNamesTheHolder(t *testing.T) {
+	db := memstore.New()
+	a, err := leadership.NewFlag().Store(db).Name("n").Process("host-a").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := leadership.NewFlag().Store(testdb.SQLite(t, path)).Name("n").Process("host-b").Build(context.Background())
+	b, err := leadership.NewFlag().Store(db).Name("n").Process("host-b").Build(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,11 @@ func TestElectorNamesTheHolder(t *testing.T) {
 }
 
 func TestLockerExcludesConcurrentRuns(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flags.db")
+	synctest.Test(t, testLockerExcludesConcurrentRuns)
+}
+
+func testLockerExcludesConcurrentRuns(t *testing.T) {
+	db := memstore.New()
 	type span struct {
 		scheduler  int
 		start, end time.Time
@@ -129,7 +145,7 @@ func TestLockerExcludesConcurrentRuns(t *testing.T) {
 	var mu sync.Mutex
 	var spans []span
 	for i := range 3 {
-		locker, err := gocronflag.NewLocker(context.Background(), testdb.SQLite(t, path), "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
+		locker, err := gocronflag.NewLocker(context.Background(), db, "scheduler-"+string(rune('a'+i)), 300*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,11 +186,76 @@ func TestNewLockerRejectsBadInput(t *testing.T) {
 	if _, err := gocronflag.NewLocker(context.Background(), nil, "p", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("nil store: %v", err)
 	}
-	s := testdb.SQLite(t, filepath.Join(t.TempDir(), "f.db"))
+	s := memstore.New()
 	if _, err := gocronflag.NewLocker(context.Background(), s, "", time.Second); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("empty process: %v", err)
 	}
 	if _, err := gocronflag.NewLocker(context.Background(), s, "p", 0); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("zero lease: %v", err)
+	}
+}
+
+// Job names of any length and script map to distinct valid rows: a long
+// name is not cut inside a UTF-8 character (a refused name would keep the
+// job from ever running), two long names that share a prefix are two
+// locks, and short names keep the row they always had.
+func TestLockerMapsEveryKeyToItsOwnValidRow(t *testing.T) {
+	s := memstore.New()
+	locker, err := gocronflag.NewLocker(context.Background(), s, "host-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a", 300)
+	keys := []string{
+		"report",                       // short: unchanged
+		strings.Repeat("é", 200),       // 400 bytes; a cut at 255 bytes splits an "é"
+		strings.Repeat("日本", 60) + "x", // a cut splits a 3-byte character
+		long + "-1",                    // two long keys with a common 300-byte prefix
+		long + "-2",
+		"trailing space ",         // refused as a row name as it stands
+		"bad\xffutf8",             // likewise
+		"tab\tinside",             // likewise
+		"\u00e9t\u00e9",           // short multi-byte: unchanged
+		strings.Repeat("b", 243),  // exactly MaxNameLength with the prefix: unchanged
+		strings.Repeat("b", 244),  // one byte more
+		strings.Repeat("b", 1000), // shares 243 bytes with the two above
+	}
+	// A short key that spells out what a long key maps to is still its own lock.
+	keys = append(keys, strings.TrimPrefix(gocronflag.LockName(long+"-1"), gocronflag.LockPrefix))
+
+	names := map[string]string{}
+	for _, key := range keys {
+		name := gocronflag.LockName(key)
+		if err := leadership.ValidateName("lock name", name); err != nil {
+			t.Errorf("LockName(%.40q…) = %q is not a valid row name: %v", key, name, err)
+		}
+		if !strings.HasPrefix(name, gocronflag.LockPrefix) {
+			t.Errorf("LockName(%.40q…) = %q lacks the prefix %q", key, name, gocronflag.LockPrefix)
+		}
+		if other, dup := names[name]; dup {
+			t.Errorf("keys %.40q… and %.40q… share the row %q", other, key, name)
+		}
+		names[name] = key
+		lk, err := locker.Lock(context.Background(), key) // every lock is held at once
+		if err != nil {
+			t.Errorf("Lock(%.40q…) = %v", key, err)
+			continue
+		}
+		t.Cleanup(func() { _ = lk.Unlock(context.Background()) })
+	}
+	for _, key := range []string{"report", "\u00e9t\u00e9", strings.Repeat("b", 243)} {
+		if got, want := gocronflag.LockName(key), gocronflag.LockPrefix+key; got != want {
+			t.Errorf("LockName(%.40q…) = %q, want the unchanged %q so existing rows keep working", key, got, want)
+		}
+	}
+	if got := gocronflag.LockName(strings.Repeat("é", 200)); !strings.HasPrefix(got, gocronflag.LockPrefix+"éé") {
+		t.Errorf("a long key's row %q does not start with a readable part of the key", got)
+	}
+	rows, _, err := s.Flags(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(keys) {
+		t.Errorf("%d rows for %d keys", len(rows), len(keys))
 	}
 }

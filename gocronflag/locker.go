@@ -2,10 +2,15 @@ package gocronflag
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-co-op/gocron/v2"
 
@@ -54,13 +59,10 @@ func NewLocker(ctx context.Context, store leadership.Store, process string, leas
 	return &Locker{store: store, process: process, lease: lease}, nil
 }
 
-// Lock implements gocron.Locker: it acquires the row of key for one lease,
-// or fails with [ErrLocked] naming the holder.
+// Lock implements gocron.Locker: it acquires the row [LockName](key) for
+// one lease, or fails with [ErrLocked] naming the holder.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	name := LockPrefix + key
-	if len(name) > leadership.MaxNameLength {
-		name = name[:leadership.MaxNameLength]
-	}
+	name := LockName(key)
 	res, err := l.store.Acquire(ctx, leadership.Request{Name: name, Holder: l.process, Lease: l.lease})
 	if err != nil {
 		return nil, fmt.Errorf("gocronflag: lock %q: %w", key, err)
@@ -111,4 +113,47 @@ func (lk *lock) Unlock(context.Context) error {
 	lk.once.Do(func() { close(lk.done) })
 	<-lk.stopped
 	return nil
+}
+
+// hashMark separates the readable part of a hashed lock name from the
+// SHA-256 of the job name.
+const hashMark = "~sha256:"
+
+// LockName returns the row a job's lock takes: [LockPrefix] followed by the
+// job name when that is a valid row name ([leadership.ValidateName]: at
+// most [leadership.MaxNameLength] bytes in all, valid UTF-8, no control
+// characters, no space at either end), so short names keep the rows they
+// always had. Any other job name maps to [LockPrefix], a readable start of
+// the name cut at a character boundary, "~sha256:" and the SHA-256 of the
+// whole name in hex, so distinct job names never share a row (a short
+// name that itself ends in "~sha256:" and 64 hex digits is hashed too).
+func LockName(key string) string {
+	name := LockPrefix + key
+	if leadership.ValidateName("lock", name) == nil && !looksHashed(key) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(key))
+	suffix := hashMark + hex.EncodeToString(sum[:])
+	room := leadership.MaxNameLength - len(LockPrefix) - len(suffix)
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(key, "?") {
+		if unicode.IsControl(r) {
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r) > room {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return LockPrefix + b.String() + suffix
+}
+
+// looksHashed reports whether key ends as a hashed lock name does.
+func looksHashed(key string) bool {
+	i := strings.LastIndex(key, hashMark)
+	if i < 0 || len(key)-i-len(hashMark) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(key[i+len(hashMark):])
+	return err == nil
 }

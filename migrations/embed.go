@@ -2,7 +2,10 @@
 // database, as golang-migrate migrations in one directory per dialect
 // (sqlite, postgres, mysql). The stores apply them through golang-migrate's
 // iofs source into their own migrations table, [MigrationsTable], so they
-// never collide with an application's own golang-migrate table.
+// never collide with an application's own golang-migrate table. (The sqlite
+// store runs the files itself, all pending ones in one transaction, in
+// golang-migrate's table format: golang-migrate's SQLite lock does not
+// reach other processes.)
 //
 // To run them yourself and build flags with Migrate(false), apply the
 // directory for your database with golang-migrate into the same version

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
 
 	"github.com/dbflag/leadership/internal/schema"
@@ -20,8 +21,11 @@ import (
 // connection's database, then checks the flag table's shape. Concurrent
 // calls from many processes are serialized by golang-migrate's GET_LOCK.
 // It never closes db: golang-migrate gets a connection of its own, closed
-// afterwards.
-func (s *Store) Migrate(ctx context.Context) error {
+// afterwards. Once a call has succeeded, later calls on the same Store
+// return nil without touching the database.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+
+func (s *Store) applyMigrations(ctx context.Context) error {
 	var version string
 	if err := s.db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
 		return describe("connect", err)
@@ -71,34 +75,74 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	drv, err := mmysql.WithConnection(ctx, conn, &mmysql.Config{MigrationsTable: migrations.MigrationsTable})
-	if err != nil {
+	// golang-migrate needs autocommit: without it, its read of the version
+	// leaves a transaction open (and reads an old snapshot if the session
+	// had one), and its version update then fails to start a transaction
+	// (error 1568). So autocommit is turned on for this connection, which
+	// commits whatever the session had left open, and turned off again
+	// before the connection returns to the pool.
+	var autocommit bool
+	if err := conn.QueryRowContext(ctx, `SELECT @@SESSION.autocommit`).Scan(&autocommit); err != nil {
 		conn.Close()
 		return err
 	}
+	if !autocommit {
+		if _, err := conn.ExecContext(ctx, `SET SESSION autocommit = 1`); err != nil {
+			conn.Close()
+			return err
+		}
+	}
+	var drv database.Driver
+	drv, err = mmysql.WithConnection(ctx, conn, &mmysql.Config{MigrationsTable: migrations.MigrationsTable})
+	if err != nil {
+		if !autocommit {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SET SESSION autocommit = 0`)
+		}
+		conn.Close()
+		return err
+	}
+	if !autocommit {
+		drv = autocommitOff{drv, conn}
+	}
 	return schema.Apply("mysql", "mysql", drv)
+}
+
+// autocommitOff is golang-migrate's driver on a connection whose session
+// had autocommit off: Close turns it off again before the driver returns
+// the connection to the pool.
+type autocommitOff struct {
+	database.Driver
+	conn *sql.Conn
+}
+
+func (d autocommitOff) Close() error {
+	_, err := d.conn.ExecContext(context.Background(), `SET SESSION autocommit = 0`)
+	return errors.Join(err, d.Driver.Close())
 }
 
 // checkShape fails with a clear message when leadership_flags lacks a
 // column the store needs or has it with another type (for example, a table
 // made by hand).
 func (s *Store) checkShape(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `
+	got := map[string]string{}
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `
 SELECT column_name, data_type FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
-	if err != nil {
-		return describe("check table shape", err)
-	}
-	defer rows.Close()
-	got := map[string]string{}
-	for rows.Next() {
-		var col, typ string
-		if err := rows.Scan(&col, &typ); err != nil {
-			return describe("check table shape", err)
+		if err != nil {
+			return err
 		}
-		got[strings.ToLower(col)] = strings.ToLower(typ)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var col, typ string
+			if err := rows.Scan(&col, &typ); err != nil {
+				return err
+			}
+			got[strings.ToLower(col)] = strings.ToLower(typ)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return describe("check table shape", err)
 	}
 	return schema.Check("mysql", got, [][2]string{
@@ -110,7 +154,9 @@ WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
 // one failed half-way (dirty); 0 when none was applied.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
 	var v int64
-	err = s.db.QueryRowContext(ctx, "SELECT version, dirty FROM `"+migrations.MigrationsTable+"` LIMIT 1").Scan(&v, &dirty)
+	err = s.inTx(ctx, true, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, "SELECT version, dirty FROM `"+migrations.MigrationsTable+"` LIMIT 1").Scan(&v, &dirty)
+	})
 	switch {
 	case err == nil:
 		return uint(v), dirty, nil

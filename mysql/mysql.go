@@ -11,9 +11,9 @@
 // Acquire-or-renew is one round trip: CALL leadership_acquire(…), a stored
 // procedure the migrations create, runs one INSERT … ON DUPLICATE KEY
 // UPDATE whose assignments change the row only when it is held by the
-// caller's term or expired, reports the outcome through LAST_INSERT_ID, and
-// returns the row, so a losing attempt learns who holds the flag and until
-// when. MySQL has no INSERT … RETURNING and MariaDB has none for the update
+// caller's term or expired, reports the outcome through LAST_INSERT_ID,
+// commits, and returns the row, so a losing attempt learns who holds the
+// flag and until when. MySQL has no INSERT … RETURNING and MariaDB has none for the update
 // of an upsert, hence the procedure. The statement is right whether or not
 // MariaDB's SIMULTANEOUS_ASSIGNMENT sql mode is on. The store prepares the
 // CALL once and database/sql keeps it on each connection (one prepared
@@ -32,6 +32,27 @@
 // multiStatements do not matter either. The tests run it with several of
 // these settings.
 //
+// # Autocommit
+//
+// Every statement that writes is committed before its reply is trusted,
+// whatever the session's autocommit (autocommit=0 in the DSN, which the
+// driver sends as SET autocommit=0; init_connect='SET autocommit=0'; a
+// global autocommit=0). Without autocommit a write would stay in an open
+// transaction on a pooled connection: a term the caller trusts could be
+// rolled back when that connection closes, and another process would then
+// get the same token, while the open transaction kept the row locked
+// against everyone else. So the procedure runs its work in a transaction
+// of its own and commits it before it sends the row (one round trip still,
+// no check of @@autocommit needed), [Store.Release] and [Store.Evict] run
+// their UPDATE in a transaction they commit, reads run in a read-only
+// transaction (so they never see a snapshot an earlier statement left
+// open), and [Store.Migrate] turns autocommit on for golang-migrate's
+// connection and back off afterwards. The store runs only on connections of
+// the pool, never inside a caller's transaction (database/sql lends no
+// connection with an open transaction), but in a session without autocommit
+// it commits whatever that session had left uncommitted. Acquire refuses a
+// procedure older than schema version 4, which did not commit.
+//
 // # Schema and privileges
 //
 // The table leadership_flags, the procedure leadership_acquire and
@@ -41,6 +62,9 @@
 // application user needs SELECT, INSERT, UPDATE on leadership_flags,
 // EXECUTE on the procedure and SELECT on leadership_schema_migrations. The
 // procedure runs with the caller's privileges (SQL SECURITY INVOKER).
+// Schema version 4 drops and re-creates the procedure (MySQL has no CREATE
+// OR REPLACE PROCEDURE), which drops an EXECUTE granted on it by name:
+// grant it again after migrating, or grant EXECUTE on the database.
 //
 // # Release notifications
 //
@@ -52,19 +76,22 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
 // it with [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
+	db       *sql.DB
+	hub      notify.Hub
+	migrated schema.Once
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
@@ -109,17 +136,50 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	var res leadership.Result
 	err = retryTransient(ctx, func() error {
-		var renewed, expires, now int64
 		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		err := stmt.QueryRowContext(ctx, req.Name, req.Holder, req.Version, micros).
-			Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now)
-		res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
-		return err
+		rows, err := stmt.QueryContext(ctx, req.Name, req.Holder, req.Version, micros)
+		if err != nil {
+			return err
+		}
+		return scanAcquired(rows, &res)
 	})
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
 	}
 	return res, nil
+}
+
+// errUncommittingProcedure is returned by Acquire when the database has the
+// procedure of schema version 2, which did not commit its upsert in a
+// session without autocommit.
+var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
+
+// scanAcquired reads the row the procedure returns into res, and closes
+// rows. The reply is trusted only once it has been read to its end (the
+// driver reads the procedure's final status in Close, whose error it
+// returns), and only from the procedure of migration 0004, recognised by
+// the name of its first column, acquired (schema 2 named it TRUE or FALSE).
+func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 || cols[0] != "acquired" {
+		return errUncommittingProcedure
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	var renewed, expires, now int64
+	if err := rows.Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
+		return err
+	}
+	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
+	return rows.Close()
 }
 
 // acquireStmt returns the CALL of Acquire, prepared once for the store.
@@ -162,17 +222,20 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 		`UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
 }
 
-// change runs an UPDATE of the row of name, reports whether it changed it
-// and, if so, wakes this process's flags waiting for name.
+// change runs an UPDATE of the row of name in a transaction it commits
+// (see Autocommit in the package documentation), reports whether it
+// changed the row and, if so, wakes this process's flags waiting for name.
 func (s *Store) change(ctx context.Context, what, name, query string, args ...any) (bool, error) {
 	var n int64
 	err := retryTransient(ctx, func() error {
-		r, err := s.db.ExecContext(ctx, query, args...)
-		if err != nil {
+		return s.inTx(ctx, false, func(tx *sql.Tx) error {
+			r, err := tx.ExecContext(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			n, err = r.RowsAffected()
 			return err
-		}
-		n, err = r.RowsAffected()
-		return err
+		})
 	})
 	if err != nil {
 		return false, describe(what, err)
@@ -183,36 +246,56 @@ func (s *Store) change(ctx context.Context, what, name, query string, args ...an
 	return n > 0, nil
 }
 
+// inTx runs fn in a transaction of its own and commits it. START
+// TRANSACTION begins a transaction whatever the session's autocommit, and
+// ends (commits) any the session had left open, so a read sees a fresh
+// snapshot and a write is committed before the caller trusts it.
+func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // Flags implements [leadership.Store.Flags]: one statement, so the rows and
 // the clock are read at one instant.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, `
-SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
-FROM (SELECT `+nowMicros+` AS now) c LEFT JOIN leadership_flags f ON TRUE
-ORDER BY f.name`)
-	if err != nil {
-		return nil, time.Time{}, describe("list flags", err)
-	}
-	defer rows.Close()
 	var (
 		out []leadership.Record
 		now int64
 	)
-	for rows.Next() {
-		var (
-			name, holder              sql.NullString
-			version, renewed, expires sql.NullInt64
-		)
-		if err := rows.Scan(&now, &name, &holder, &version, &renewed, &expires); err != nil {
-			return nil, time.Time{}, describe("list flags", err)
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `
+SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
+FROM (SELECT `+nowMicros+` AS now) c LEFT JOIN leadership_flags f ON TRUE
+ORDER BY f.name`)
+		if err != nil {
+			return err
 		}
-		if !name.Valid {
-			continue // no flags: the clock's row alone
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				name, holder              sql.NullString
+				version, renewed, expires sql.NullInt64
+			)
+			if err := rows.Scan(&now, &name, &holder, &version, &renewed, &expires); err != nil {
+				return err
+			}
+			if !name.Valid {
+				continue // no flags: the clock's row alone
+			}
+			out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
+				RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})
 		}
-		out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
-			RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
 	}
 	return out, time.UnixMicro(now), nil

@@ -12,9 +12,15 @@ const (
 	codeSerializationFailure  = "40001"
 	codeDeadlockDetected      = "40P01"
 	codeInsufficientPrivilege = "42501"
+	codeReadOnlyTransaction   = "25006"
 	codeUndefinedTable        = "42P01"
 	codeQueryCanceled         = "57014"
 	codeAdminShutdown         = "57P01"
+	// A named prepared statement that exists where it should not, or not
+	// where it should: the connection's server session changed between
+	// statements (a pooler in transaction mode).
+	codeDuplicatePreparedStatement = "42P05"
+	codeInvalidStatementName       = "26000"
 )
 
 // sqlState returns the SQLSTATE of err, or "" when it has none. It reads
@@ -45,18 +51,26 @@ func retryTransient(ctx context.Context, fn func() error) error {
 	return err
 }
 
+// readOnlyFix says what to do when the server refuses a write because the
+// session is read-only.
+const readOnlyFix = "the session is read-only: connect to the primary, not a standby (target_session_attrs=read-write), and do not set default_transaction_read_only=on for the store's role, database or DSN"
+
 // describe wraps err with what failed and, when the cause is known, how to
 // fix it.
 func describe(what string, err error) error {
 	switch sqlState(err) {
 	case codeInsufficientPrivilege:
 		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags (and CREATE on the schema to run migrations): %w", what, err)
+	case codeReadOnlyTransaction:
+		return fmt.Errorf("postgres: %s: %s: %w", what, readOnlyFix, err)
 	case codeUndefinedTable:
 		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path: %w", what, err)
 	case codeQueryCanceled:
 		return fmt.Errorf("postgres: %s: cancelled (statement_timeout or context): %w", what, err)
 	case codeAdminShutdown:
 		return fmt.Errorf("postgres: %s: server shutting down: %w", what, err)
+	case codeDuplicatePreparedStatement, codeInvalidStatementName:
+		return fmt.Errorf("postgres: %s: prepared statements do not survive between statements: is a pooler in transaction mode (PgBouncer before 1.21 or without max_prepared_statements, RDS Proxy) in between? Add default_query_exec_mode=simple_protocol (or exec) to the DSN: %w", what, err)
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }

@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,7 +15,11 @@ import (
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: the first
 // subscription starts the store's listener, the last one to end stops it.
+// With [WithoutNotifications] the channel never fires.
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	if s.noListen {
+		return nil, func() {}
+	}
 	ch, unsubscribe := s.hub.Subscribe(name)
 	s.mu.Lock()
 	s.subs++
@@ -40,11 +48,26 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
-// NotifiesOtherProcesses implements [leadership.CrossProcessNotifier]: a
-// release or eviction by any process on this database and schema sends a
-// NOTIFY that this store's listener receives, so followers keep the
-// default poll interval at Lease/3.
-func (s *Store) NotifiesOtherProcesses() bool { return true }
+// NotifiesOtherProcesses tells flags whether releases by other processes
+// reach this store (see [leadership.ReleaseNotifier]). It reports true
+// while the listener is connected and has received the notification it
+// sent itself through the pool after its LISTEN: a release or eviction by
+// any process on this database and schema then reaches it, so followers
+// keep the default poll interval at Lease/3. It reports false before that
+// notification arrives (and for good when it never does), while the
+// listener reconnects, behind a connection pooler (where the listener
+// never runs LISTEN) and with [WithoutNotifications]; flags on the default
+// poll interval then poll at most every 2 s.
+func (s *Store) NotifiesOtherProcesses() bool { return s.delivered.Load() }
+
+// ProbeTimeout is how long the listener waits for the notification it
+// sends itself before it logs (Warn) that notifications do not arrive.
+// Until that notification arrives, [Store.NotifiesOtherProcesses]
+// reports false whatever the time.
+const ProbeTimeout = 5 * time.Second
+
+// errPooled ends the listener: the pool's connections go through a pooler.
+var errPooled = errors.New("postgres: a connection pooler is in between")
 
 // listen keeps one LISTEN connection until ctx ends, reconnecting with
 // backoff, and wakes the subscribers of each released flag of this schema.
@@ -53,6 +76,9 @@ func (s *Store) listen(ctx context.Context, exited chan<- struct{}) {
 	backoff := 100 * time.Millisecond
 	for first := true; ; first = false {
 		err := s.listenOnce(ctx, !first)
+		if errors.Is(err, errPooled) {
+			<-ctx.Done() // notifications stay unavailable; the flags poll
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -82,12 +108,27 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	var schema string
-	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+	var (
+		schema string
+		pid    uint32
+	)
+	if err := conn.QueryRow(ctx, `SELECT current_schema(), pg_backend_pid()`).Scan(&schema, &pid); err != nil {
 		return err
+	}
+	if pid != conn.PgConn().PID() {
+		// The server session is not the one the connection announced: a
+		// pooler (PgBouncer, RDS Proxy) multiplexes sessions. A LISTEN there
+		// would stay on a server session that other clients then use, and
+		// PgBouncer 1.18 was seen to crash on the notifications it gets for
+		// such a session; so the store never listens through one.
+		s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications are off: a connection pooler is in between (the server's backend pid differs from the connection's); flags poll instead; postgres.WithoutNotifications() says so explicitly")
+		return errPooled
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return err
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		return fmt.Errorf("LISTEN takes effect only at commit: %w", errInTransaction)
 	}
 	if reconnected {
 		s.logger.LogAttrs(ctx, slog.LevelInfo, "release listener reconnected")
@@ -95,15 +136,54 @@ func (s *Store) listenOnce(ctx context.Context, reconnected bool) error {
 			s.hub.Notify(name)
 		}
 	}
+	// The probe goes through the pool, not this connection: behind a
+	// pooler in transaction mode a NOTIFY sent on the listening client
+	// could run on the very server session that executed the LISTEN and
+	// come back to it, while notifications of other sessions never do.
+	token, err := s.probe(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.delivered.Store(false)
+	warn := time.AfterFunc(ProbeTimeout, func() {
+		if !s.delivered.Load() {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "release notifications do not arrive (is a connection pooler in between?): flags poll instead; postgres.WithoutNotifications() stops listening",
+				slog.Duration("waited", ProbeTimeout))
+		}
+	})
+	defer warn.Stop()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		var p struct{ Schema, Name string }
-		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Schema != schema {
+		var p struct{ Schema, Name, Probe string }
+		if json.Unmarshal([]byte(n.Payload), &p) != nil {
 			continue
 		}
-		s.hub.Notify(p.Name)
+		if p.Probe != "" {
+			if p.Probe == token && !s.delivered.Swap(true) {
+				s.logger.LogAttrs(ctx, slog.LevelDebug, "release notifications arrive")
+			}
+			continue
+		}
+		if p.Schema == schema {
+			s.hub.Notify(p.Name)
+		}
 	}
+}
+
+// probe sends, through the pool, a notification on [Channel] that only
+// this listener recognizes, and returns its token.
+func (s *Store) probe(ctx context.Context) (string, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	payload, _ := json.Marshal(struct {
+		Probe string `json:"probe"`
+	}{token})
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel, string(payload)); err != nil {
+		return "", describe("send the listener's probe notification", err)
+	}
+	return token, nil
 }

@@ -17,21 +17,31 @@ import (
 // Migrate applies the embedded migrations with golang-migrate into the
 // table [migrations.MigrationsTable] of the current schema, then checks the
 // flag table's shape. Concurrent calls from many processes are serialized
-// by golang-migrate's advisory lock. It never closes the pool.
-func (s *Store) Migrate(ctx context.Context) error {
+// by golang-migrate's advisory lock, a session-level lock that a pooler in
+// transaction mode cannot keep on one session (see the README's
+// "Deployment"). Once a call has succeeded, later calls on the same Store
+// return nil without touching the database, so building many flags on one
+// store migrates once. It never closes the pool.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+
+func (s *Store) applyMigrations(ctx context.Context) error {
 	// golang-migrate's pgx driver keeps a connection it took out of the pool
 	// when it fails to create its version table, and that connection would
-	// keep pool.Close from returning; so the usual reasons it fails are
-	// caught here first.
+	// keep pool.Close from returning; so the usual reasons it fails (a
+	// missing privilege, a read-only session) are caught here first.
 	var (
-		schema          *string
-		canCreate, have bool
+		schema                    *string
+		canCreate, have, readOnly bool
 	)
 	err := s.pool.QueryRow(ctx, `SELECT current_schema(),
     coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
-    to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL`).Scan(&schema, &canCreate, &have)
+    to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL,
+    current_setting('transaction_read_only') = 'on'`).Scan(&schema, &canCreate, &have, &readOnly)
 	if err != nil {
 		return describe("connect", err)
+	}
+	if readOnly {
+		return fmt.Errorf("postgres: apply migrations: %s", readOnlyFix)
 	}
 	if schema == nil {
 		return errors.New("postgres: no schema to migrate into: no schema of the search_path exists or the role lacks USAGE on it; set search_path in the DSN to an existing schema the role may use")

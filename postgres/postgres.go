@@ -40,6 +40,27 @@
 // never wake each other's flags wrongly. If the listening connection
 // breaks, the flags go on polling and the listener reconnects with backoff,
 // waking every flag once when it is back in case a release was missed.
+//
+// Behind a pooler in transaction mode (PgBouncer, RDS Proxy) a LISTEN
+// receives nothing and stays on a server session other clients use, so the
+// listener never runs LISTEN when the server's backend pid differs from the
+// one the connection announced (a pooler multiplexes sessions); it logs a
+// warning instead. Otherwise, after each LISTEN it sends itself a
+// notification through the pool, and the store reports its notifications
+// available ([Store.NotifiesOtherProcesses]) only once that notification
+// has arrived (it warns after [ProbeTimeout] without it). While they are
+// unavailable, flags on the default poll interval poll every 2 s instead
+// of Lease/3. [WithoutNotifications] turns listening off.
+//
+// # Poolers
+//
+// Through PgBouncer in transaction mode, set
+// default_query_exec_mode=simple_protocol (or exec) in the DSN: pgx's
+// default statement cache needs prepared statements that outlive a
+// transaction (PgBouncer 1.21 or later with max_prepared_statements), and
+// otherwise fails with an error that names this setting. Apply the
+// migrations over a direct connection (golang-migrate's advisory lock is
+// session-level) and build flags with Migrate(false).
 package postgres
 
 import (
@@ -48,6 +69,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +78,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Channel is the NOTIFY channel of releases and evictions.
@@ -67,7 +90,10 @@ type Store struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
-	hub notify.Hub
+	hub       notify.Hub
+	noListen  bool        // WithoutNotifications
+	delivered atomic.Bool // the listener's probe arrived on its current connection
+	migrated  schema.Once
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases
@@ -86,6 +112,17 @@ type Option func(*Store)
 // WithLogger sets where the listener logs its connection problems (Warn)
 // and reconnections (Info). Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
+
+// WithoutNotifications turns the LISTEN side of release notifications
+// off: the store keeps no listening connection, and its flags poll at most
+// every 2 s (by default), so a graceful
+// handover takes up to one poll interval. Use it behind a pooler in
+// transaction mode (PgBouncer pool_mode=transaction, RDS Proxy), where a
+// LISTEN receives nothing; the store detects that by itself (see
+// [Store.NotifiesOtherProcesses]), but would still hold a connection that
+// listens in vain. Release and Evict still send their NOTIFY, for the
+// listeners of processes connected directly.
+func WithoutNotifications() Option { return func(s *Store) { s.noListen = true } }
 
 // New returns a store on pool. It never closes the pool; close the pool
 // after the flags that use the store.
@@ -133,16 +170,18 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
 	var res leadership.Result
 	err := retryTransient(ctx, func() error {
-		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		err := s.pool.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
-			Scan(&res.Acquired, &res.Holder, &res.Version, &res.RenewedAt, &res.ExpiresAt, &res.Now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The row was inserted by a concurrent statement after ours
-			// began: we lost, and its content is not visible to us yet.
-			// Zero instants make the follower retry soon.
-			return nil
-		}
-		return err
+		return s.committed(ctx, func(conn *pgx.Conn) error {
+			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+			err := conn.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
+				Scan(&res.Acquired, &res.Holder, &res.Version, &res.RenewedAt, &res.ExpiresAt, &res.Now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The row was inserted by a concurrent statement after ours
+				// began: we lost, and its content is not visible to us yet.
+				// Zero instants make the follower retry soon.
+				return nil
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
@@ -182,14 +221,44 @@ SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'n
 // reports whether it changed one.
 func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
 	var tag pgconn.CommandTag // SELECT n: one row per notified change
-	err := retryTransient(ctx, func() (err error) {
-		tag, err = s.pool.Exec(ctx, sql, args...)
-		return err
+	err := retryTransient(ctx, func() error {
+		return s.committed(ctx, func(conn *pgx.Conn) (err error) {
+			tag, err = conn.Exec(ctx, sql, args...)
+			return err
+		})
 	})
 	if err != nil {
 		return false, describe(what, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// errInTransaction is returned when a statement of the store ran inside a
+// transaction the session had open before it.
+var errInTransaction = errors.New("the session was inside a transaction, so the statement was not committed and will be rolled back: the store needs sessions outside any transaction (does a pgx AfterConnect or PrepareConn hook run BEGIN?)")
+
+// committed runs fn, one statement, on a connection of the pool, and fails
+// unless the session is outside any transaction afterwards. A statement
+// sent outside a transaction block has committed by the time the server
+// reports the session idle ('I' in ReadyForQuery), so this is what lets the
+// caller trust a write, at no cost: the status comes with the reply. A
+// session already inside a transaction (a hook of the pool that runs
+// BEGIN) would leave the write uncommitted, and pgxpool destroys a
+// connection released inside a transaction, rolling the write back after
+// the caller trusted it.
+func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if err := fn(c.Conn()); err != nil {
+		return err
+	}
+	if c.Conn().PgConn().TxStatus() != 'I' {
+		return errInTransaction
+	}
+	return nil
 }
 
 // Flags implements [leadership.Store.Flags].

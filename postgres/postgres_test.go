@@ -110,8 +110,10 @@ func TestNotifyMakesHandoverPrompt(t *testing.T) {
 	const poll = 3 * time.Second
 	handover := func(t *testing.T, wrap func(leadership.Store) leadership.Store) time.Duration {
 		name := "handover-" + t.Name() + "-" + time.Now().Format("150405.000000")
+		var store *postgres.Store
 		build := func() *leadership.Flag {
-			f, err := leadership.NewFlag().Store(wrap(newStore(t, newPool(t, dsn)))).Name(name).
+			store = newStore(t, newPool(t, dsn))
+			f, err := leadership.NewFlag().Store(wrap(store)).Name(name).
 				Lease(10 * time.Second).PollInterval(poll).Jitter(0).Build(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -124,6 +126,14 @@ func TestNotifyMakesHandoverPrompt(t *testing.T) {
 			t.Fatal("want the first flag leading")
 		}
 		time.Sleep(200 * time.Millisecond) // the follower is now waiting out its poll
+		if _, notifies := wrap(store).(leadership.ReleaseNotifier); notifies {
+			// The follower's listener is up once its own probe arrived.
+			for deadline := time.Now().Add(10 * time.Second); !store.NotifiesOtherProcesses(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the follower's store reports no notifications 10 s after Build")
+				}
+			}
+		}
 		start := time.Now()
 		if err := leader.Close(); err != nil {
 			t.Fatal(err)
@@ -387,4 +397,22 @@ func TestNewRejectsNilPool(t *testing.T) {
 	if _, err := postgres.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
+}
+
+// TestDirtySchemaFailsBuild marks the version dirty, as a golang-migrate
+// run that failed half-way leaves it: Build fails at once and says how to
+// fix it.
+func TestDirtySchemaFailsBuild(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	// A process that starts now: a store that has migrated once does not
+	// migrate (nor check) again.
+	testdb.CheckDirtyBuild(t, newStore(t, pool), "postgres", 1)
 }

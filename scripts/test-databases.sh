@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs (Debian packages, when missing) and starts PostgreSQL and MariaDB
-# on loopback for the integration tests, creates the database and users,
-# and prints the DSNs as shell exports:
+# Installs (Debian packages, when missing) and starts PostgreSQL, MariaDB and
+# a PgBouncer in transaction pooling mode in front of that PostgreSQL, on
+# loopback, for the integration tests; creates the database and users, and
+# prints the DSNs as shell exports:
 #
 #   eval "$(scripts/test-databases.sh)"
 #   go test -race ./...
@@ -10,7 +11,7 @@
 # alone. Needs root (apt-get, starting servers). Progress goes to stderr;
 # only the export lines go to stdout.
 #
-#   scripts/test-databases.sh --stop    stops both servers
+#   scripts/test-databases.sh --stop    stops the servers
 set -euo pipefail
 
 log() { echo "test-databases: $*" >&2; }
@@ -30,6 +31,10 @@ wait_for() {
 	done
 }
 
+# PgBouncer's files: configuration, password file, pid file and log.
+PGB_DIR=/tmp/leadership-pgbouncer
+PGB_PORT=6433
+
 pg_version() { ls /etc/postgresql 2>/dev/null | sort -V | tail -1; }
 
 stop_all() {
@@ -37,6 +42,10 @@ stop_all() {
 	v=$(pg_version)
 	if [ -n "$v" ]; then
 		pg_ctlcluster "$v" main stop >&2 2>&1 || true
+	fi
+	if [ -f "$PGB_DIR/pgbouncer.pid" ]; then
+		kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true
+		rm -f "$PGB_DIR/pgbouncer.pid"
 	fi
 	if [ -f /tmp/mariadbd.pid ]; then
 		start-stop-daemon --stop --pidfile /tmp/mariadbd.pid --retry 30 >&2 2>&1 || true
@@ -50,7 +59,7 @@ if [ "${1:-}" = "--stop" ]; then
 	exit 0
 fi
 
-[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts servers), or export LEADERSHIP_TEST_POSTGRES_DSN and LEADERSHIP_TEST_MYSQL_DSN for servers you run yourself"
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts servers), or export LEADERSHIP_TEST_POSTGRES_DSN, LEADERSHIP_TEST_MYSQL_DSN and LEADERSHIP_TEST_PGBOUNCER_DSN for servers you run yourself"
 
 # --- packages ---------------------------------------------------------------
 missing=()
@@ -58,6 +67,7 @@ command -v pg_ctlcluster >/dev/null 2>&1 && [ -n "$(pg_version)" ] || missing+=(
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
+[ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 if ((${#missing[@]})); then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -87,6 +97,42 @@ wait_for 30 "PostgreSQL over TCP" env PGPASSWORD=postgres psql -h 127.0.0.1 -U p
 	die "PostgreSQL does not accept password logins on 127.0.0.1:5432"
 log "PostgreSQL $v ready on 127.0.0.1:5432"
 
+# --- PgBouncer ---------------------------------------------------------------
+# Transaction pooling in front of the PostgreSQL above: what a pooled
+# production database looks like (LISTEN receives nothing, session state
+# does not last, Debian's 1.18 has no prepared statements in this mode).
+# Two databases: leadership (20 server connections) and leadership_single
+# (one server connection, so that every client shares one server session).
+if ! { [ -f "$PGB_DIR/pgbouncer.pid" ] && kill -0 "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null; }; then
+	install -d -o postgres -g postgres "$PGB_DIR"
+	cat >"$PGB_DIR/pgbouncer.ini" <<INI
+[databases]
+leadership = host=127.0.0.1 port=5432 dbname=leadership
+leadership_single = host=127.0.0.1 port=5432 dbname=leadership pool_size=1
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGB_PORT
+unix_socket_dir =
+pool_mode = transaction
+auth_type = scram-sha-256
+auth_file = $PGB_DIR/userlist.txt
+default_pool_size = 20
+max_client_conn = 2000
+pidfile = $PGB_DIR/pgbouncer.pid
+logfile = $PGB_DIR/pgbouncer.log
+INI
+	echo '"postgres" "postgres"' >"$PGB_DIR/userlist.txt"
+	chown postgres:postgres "$PGB_DIR/pgbouncer.ini" "$PGB_DIR/userlist.txt"
+	chmod 600 "$PGB_DIR/userlist.txt"
+	log "starting PgBouncer on 127.0.0.1:$PGB_PORT"
+	su postgres -s /bin/sh -c "/usr/sbin/pgbouncer -d $PGB_DIR/pgbouncer.ini" >&2 ||
+		die "could not start pgbouncer: $(tail -5 "$PGB_DIR/pgbouncer.log" 2>/dev/null)"
+fi
+wait_for 30 "PgBouncer" env PGPASSWORD=postgres psql -h 127.0.0.1 -p "$PGB_PORT" -U postgres -d leadership -Atc 'select 1' ||
+	die "PgBouncer does not pass logins to PostgreSQL on 127.0.0.1:$PGB_PORT: $(tail -5 "$PGB_DIR/pgbouncer.log" 2>/dev/null)"
+log "PgBouncer $(/usr/sbin/pgbouncer --version | head -1 | awk '{print $2}') (transaction pooling) ready on 127.0.0.1:$PGB_PORT"
+
 # --- MariaDB ----------------------------------------------------------------
 if ! mariadb-admin ping >/dev/null 2>&1; then
 	if [ ! -d /var/lib/mysql/mysql ]; then
@@ -115,3 +161,4 @@ log "MariaDB $(mariadb -N -e 'select version()') ready on 127.0.0.1:3306"
 
 echo "export LEADERSHIP_TEST_POSTGRES_DSN='postgres://postgres:postgres@127.0.0.1:5432/leadership?sslmode=disable'"
 echo "export LEADERSHIP_TEST_MYSQL_DSN='lead:lead@tcp(127.0.0.1:3306)/leadership'"
+echo "export LEADERSHIP_TEST_PGBOUNCER_DSN='postgres://postgres:postgres@127.0.0.1:$PGB_PORT/leadership?sslmode=disable'"

@@ -17,13 +17,61 @@
 // Without a busy timeout, attempts that meet a locked database fail with
 // SQLITE_BUSY and are retried by the flag: correct, but slower to fail over.
 //
-// # Clock and round trips
+// # Clock
 //
-// Instants are the database's unixepoch('subsec') in milliseconds, which is
-// constant within one statement. Acquire-or-renew is one conditional
-// INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING statement; when it
-// loses, a second SELECT on the same in-process database reports the holder
-// (no network round trip exists for SQLite).
+// Every process sharing a database file runs on one host (SQLite's file
+// locking does not reach across hosts), so the store judges expiry by a
+// clock of the host. Each statement reads it once, through an SQL function
+// this package registers with the driver, while SQLite executes the
+// statement: a statement that writes reads it after it has taken the write
+// lock, never before it waits for the lock.
+//
+//   - On Linux the clock is CLOCK_BOOTTIME. It never steps: an NTP step or
+//     `date -s` moves the wall clock only, so neither ends a term early nor
+//     delays failover. Like the wall clock, it counts time spent in suspend
+//     (the monotonic clock that [leadership.Flag.Raised] reads does not).
+//     It restarts at each boot, so each row carries the kernel's boot ID
+//     (/proc/sys/kernel/random/boot_id) and a row written in an earlier
+//     boot is free at once. A process in a time namespace (unshare --time)
+//     reads CLOCK_BOOTTIME shifted by its namespace's offset; the store
+//     takes that offset off again (/proc/self/timens_offsets), so every
+//     process on the host reads one clock. [New] returns an error where it
+//     cannot read these, as in a process that has called
+//     unshare(CLONE_NEWTIME) and not exec'd since.
+//   - On other systems the clock is the wall clock. There a forward step
+//     of it larger than the flag's SafetyMargin lets a follower acquire
+//     while the holder still trusts its term, and a backward step delays
+//     failover by its size.
+//
+// The instants the store reports ([leadership.Result] Now, RenewedAt and
+// ExpiresAt, and [Store.Flags]) are the host clock shifted to read as the
+// wall clock: their differences are host-clock durations (a follower
+// waits ExpiresAt − Now), and they follow the wall clock to within a
+// second, shifting all together when it steps further.
+//
+// # Round trips
+//
+// Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
+// WHERE … RETURNING statement; when it loses, a second SELECT on the same
+// in-process database reports the holder (no network round trip exists for
+// SQLite). Every write runs in a transaction of its own that commits before
+// its result is returned; a connection that is already inside a
+// transaction (a BEGIN in a connection hook or DSN pragma) is refused with
+// an error that says so, instead of a write that would roll back after
+// the caller trusted it.
+//
+// # Upgrading
+//
+// Migration 2 adds the host-clock columns to a file made by an older
+// version of this package. Rows keep their wall-clock instants too, so
+// that during a rolling upgrade older processes sharing the file judge
+// every row as before, and this version judges a row that an older process
+// wrote last by its wall-clock expiry, as that process does (a trigger
+// marks such rows). Until the last older process has stopped, a wall-clock
+// step can therefore still end a term early. An older process that starts
+// after the migration fails Build, since golang-migrate refuses a version
+// it does not know ("no migration found for version 2"), unless it builds
+// its flags with Migrate(false).
 //
 // # Notifications
 //
@@ -39,21 +87,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/golang-migrate/migrate/v4"
-	msqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
-	"github.com/dbflag/leadership/migrations"
+	"github.com/dbflag/leadership/internal/schema"
 )
 
 // Store is the SQLite store. It is safe for concurrent use; create it with
 // [New].
 type Store struct {
-	db  *sql.DB
-	hub notify.Hub
+	db       *sql.DB
+	hub      notify.Hub
+	tb       *timebase
+	migrated schema.Once
 }
 
 var (
@@ -75,6 +122,13 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.tb == nil {
+		tb, err := system()
+		if err != nil {
+			return nil, err
+		}
+		s.tb = tb
 	}
 	return s, nil
 }
@@ -128,127 +182,71 @@ func enableWAL(db *sql.DB) error {
 	return fmt.Errorf("enable WAL: %w", err)
 }
 
-// nowMillis is the database clock in Unix milliseconds.
-const nowMillis = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
-
-// Migrate applies the embedded migrations with golang-migrate into the
-// table [migrations.MigrationsTable] and checks the flag table's shape. It
-// does not close the database.
-func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("sqlite: connect: %w", err)
-	}
-	// golang-migrate's SQLite lock covers one process only: a process that
-	// finds the version dirty while another applies the same migration
-	// waits for it to finish.
-	var err error
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		err = s.migrateOnce()
-		var dirty migrate.ErrDirty
-		if !errors.As(err, &dirty) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("sqlite: apply migrations: %w (another process may be applying them, or a migration failed: see table %s)", err, migrations.MigrationsTable)
-		case <-time.After(wait):
-		}
-	}
-	if err != nil {
-		return err
-	}
-	return s.checkShape(ctx)
-}
-
-func (s *Store) migrateOnce() error {
-	src, err := iofs.New(migrations.FS, "sqlite")
-	if err != nil {
-		return fmt.Errorf("sqlite: read migrations: %w", err)
-	}
-	defer src.Close()
-	drv, err := msqlite.WithInstance(s.db, &msqlite.Config{MigrationsTable: migrations.MigrationsTable})
-	if err != nil {
-		return fmt.Errorf("sqlite: prepare migrations: %w", err)
-	}
-	// Not m.Close(): it would close the caller's *sql.DB through the driver.
-	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
-	if err != nil {
-		return fmt.Errorf("sqlite: prepare migrations: %w", err)
-	}
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("sqlite: apply migrations: %w", err)
-	}
-	return nil
-}
-
-// SchemaVersion reports the version of the applied migrations and whether
-// a migration failed half-way (dirty), read from golang-migrate's table
-// [migrations.MigrationsTable]; version 0 means none was applied.
-func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(&version, &dirty)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil && strings.Contains(err.Error(), "no such table"):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("sqlite: read schema version: %w", err)
-	}
-	return version, dirty, nil
-}
-
-// checkShape fails with a clear message when the flag table exists with
-// other columns than the store needs (for example, made by hand).
-func (s *Store) checkShape(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, version, renewed_at, expires_at FROM `+migrations.Table+` LIMIT 0`)
-	if err != nil {
-		return fmt.Errorf("sqlite: table %s does not have the columns name, holder, version, renewed_at, expires_at (drop it and let Migrate create it): %w", migrations.Table, err)
-	}
-	return rows.Close()
-}
-
 // Acquire implements [leadership.Store.Acquire].
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
 	leaseMillis := (req.Lease + time.Millisecond - 1).Milliseconds() // round up: never shorter than asked
-	var version, renewed, expires int64
-	err := s.db.QueryRowContext(ctx, `
-INSERT INTO leadership_flags (name, holder, version, renewed_at, expires_at)
-VALUES (?1, ?2, 1, `+nowMillis+`, `+nowMillis+` + ?4)
+	var version, wall, renewed, expires int64
+	tx, err := s.begin(ctx, "acquire", req.Name)
+	if err != nil {
+		return leadership.Result{}, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	// A row is free when its term has expired by the host clock of this
+	// boot, when an earlier boot wrote it, or, when an older version of
+	// this package wrote it (host_boot ''), when it has expired by the wall
+	// clock, as that version judges it.
+	err = tx.QueryRowContext(ctx, clockCTE(5)+`
+INSERT INTO leadership_flags (`+columns+`)
+SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
 ON CONFLICT (name) DO UPDATE SET
     version = CASE WHEN leadership_flags.holder = excluded.holder AND leadership_flags.version = ?3
                    THEN leadership_flags.version ELSE leadership_flags.version + 1 END,
     holder = excluded.holder,
     renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at
+    expires_at = excluded.expires_at,
+    host_boot = excluded.host_boot,
+    host_renewed_at = excluded.host_renewed_at,
+    host_expires_at = excluded.host_expires_at,
+    host_writes = leadership_flags.host_writes + 1
 WHERE (?3 > 0 AND leadership_flags.holder = excluded.holder AND leadership_flags.version = ?3)
-   OR leadership_flags.expires_at <= excluded.renewed_at
-RETURNING version, renewed_at, expires_at`,
-		req.Name, req.Holder, req.Version, leaseMillis).Scan(&version, &renewed, &expires)
+   OR CASE leadership_flags.host_boot
+          WHEN excluded.host_boot THEN leadership_flags.host_expires_at <= excluded.host_renewed_at
+          WHEN '' THEN leadership_flags.expires_at <= excluded.renewed_at
+          ELSE 1
+      END
+RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
+		req.Name, req.Holder, req.Version, leaseMillis, s.tb.key, s.tb.boot).Scan(&version, &wall, &renewed, &expires)
 	switch {
 	case err == nil:
+		if err := tx.Commit(); err != nil {
+			return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: commit: %w", req.Name, err)
+		}
+		s.tb.observe(instant{host: renewed, wall: wall})
 		return leadership.Result{
 			Record: leadership.Record{
 				Name: req.Name, Holder: req.Holder, Version: version,
-				RenewedAt: time.UnixMilli(renewed), ExpiresAt: time.UnixMilli(expires),
+				RenewedAt: s.tb.at(renewed), ExpiresAt: s.tb.at(expires),
 			},
 			Acquired: true,
-			Now:      time.UnixMilli(renewed),
+			Now:      s.tb.at(renewed),
 		}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: %w", req.Name, err)
 	}
-	res := leadership.Result{Record: leadership.Record{Name: req.Name}}
-	var now int64
-	err = s.db.QueryRowContext(ctx, `SELECT holder, version, renewed_at, expires_at, `+nowMillis+`
-FROM leadership_flags WHERE name = ?`, req.Name).Scan(&res.Holder, &res.Version, &renewed, &expires, &now)
+	var r row
+	var now instant
+	err = tx.QueryRowContext(ctx, clockCTE(2)+`
+SELECT holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at, c.host, c.wall
+FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
+		&r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry, &now.host, &now.wall)
 	if err != nil {
 		return leadership.Result{}, fmt.Errorf("sqlite: read %q after losing: %w", req.Name, err)
 	}
-	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMilli(renewed), time.UnixMilli(expires), time.UnixMilli(now)
-	return res, nil
+	s.tb.observe(now)
+	return leadership.Result{Record: s.tb.record(req.Name, r, now), Now: s.tb.at(now.host)}, nil
 }
 
 // Release implements [leadership.Store.Release].
@@ -256,13 +254,10 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	r, err := s.db.ExecContext(ctx, `UPDATE leadership_flags
-SET holder = '', expires_at = MIN(expires_at, `+nowMillis+`)
-WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: release %q: %w", name, err)
-	}
-	return s.affected(r, name)
+	return s.update(ctx, "release", name, clockCTE(4)+`UPDATE leadership_flags
+SET holder = '', expires_at = MIN(expires_at, c.wall), host_expires_at = MIN(host_expires_at, c.host),
+    host_writes = host_writes + 1
+FROM c WHERE name = ?1 AND holder = ?2 AND holder <> '' AND version = ?3`, name, holder, version, s.tb.key)
 }
 
 // Evict implements [leadership.Store.Evict].
@@ -270,19 +265,47 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	r, err := s.db.ExecContext(ctx, `UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: evict %q: %w", name, err)
-	}
-	return s.affected(r, name)
+	return s.update(ctx, "evict", name, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
+WHERE name = ? AND holder <> ''`, name)
 }
 
-// affected reports whether r changed a row and, if so, wakes the flags of
-// this store waiting on name.
-func (s *Store) affected(r sql.Result, name string) (bool, error) {
+// begin starts the transaction that one write of the flag name runs in.
+// Every write commits before its result is trusted: SQLite refuses BEGIN on
+// a connection that is already inside a transaction (one a connection hook
+// or a DSN pragma opened, or a stray db.Exec("BEGIN") on a one-connection
+// pool), where a bare statement would have joined that transaction and
+// stayed uncommitted, to be rolled back after the caller trusted it.
+func (s *Store) begin(ctx context.Context, what, name string) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "within a transaction") {
+			return nil, fmt.Errorf("sqlite: %s %q: the connection is already inside a transaction, so the write would not commit; "+
+				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", what, name, err)
+		}
+		return nil, fmt.Errorf("sqlite: %s %q: begin: %w", what, name, err)
+	}
+	return tx, nil
+}
+
+// update runs the UPDATE query of a release or an eviction of name in its
+// own committed transaction, reports whether it changed a row and, if so,
+// wakes the flags of this store waiting on name.
+func (s *Store) update(ctx context.Context, what, name, query string, args ...any) (bool, error) {
+	tx, err := s.begin(ctx, what, name)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	r, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
 	n, err := r.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("sqlite: rows affected: %w", err)
+		return false, fmt.Errorf("sqlite: %s %q: rows affected: %w", what, name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: commit: %w", what, name, err)
 	}
 	if n > 0 {
 		s.hub.Notify(name)
@@ -292,29 +315,30 @@ func (s *Store) affected(r sql.Result, name string) (bool, error) {
 
 // Flags implements [leadership.Store.Flags].
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
-	var now int64
-	if err := s.db.QueryRowContext(ctx, `SELECT `+nowMillis).Scan(&now); err != nil {
+	var now instant
+	if err := s.db.QueryRowContext(ctx, clockCTE(1)+`SELECT host, wall FROM c`, s.tb.key).Scan(&now.host, &now.wall); err != nil {
 		return nil, time.Time{}, fmt.Errorf("sqlite: read clock: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, version, renewed_at, expires_at FROM leadership_flags ORDER BY name`)
+	s.tb.observe(now)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at
+FROM leadership_flags ORDER BY name`)
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
 	}
 	defer rows.Close()
 	var out []leadership.Record
 	for rows.Next() {
-		var r leadership.Record
-		var renewed, expires int64
-		if err := rows.Scan(&r.Name, &r.Holder, &r.Version, &renewed, &expires); err != nil {
+		var name string
+		var r row
+		if err := rows.Scan(&name, &r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry); err != nil {
 			return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
 		}
-		r.RenewedAt, r.ExpiresAt = time.UnixMilli(renewed), time.UnixMilli(expires)
-		out = append(out, r)
+		out = append(out, s.tb.record(name, r, now))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
 	}
-	return out, time.UnixMilli(now), nil
+	return out, s.tb.at(now.host), nil
 }
 
 // NotifyReleases implements [leadership.ReleaseNotifier] for flags on this

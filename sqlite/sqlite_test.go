@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/sqlite"
@@ -51,8 +52,8 @@ func TestSchemaVersion(t *testing.T) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 1 || dirty {
-		t.Fatalf("after Migrate: SchemaVersion = %d, %v, %v; want 1, false, nil", v, dirty, err)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 2 || dirty {
+		t.Fatalf("after Migrate: SchemaVersion = %d, %v, %v; want 2, false, nil", v, dirty, err)
 	}
 	if err := db.Ping(); err != nil {
 		t.Fatalf("Migrate closed the caller's database: %v", err)
@@ -88,5 +89,49 @@ func TestBadInput(t *testing.T) {
 	err = newStore(t, db2).Migrate(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "does not have the columns") {
 		t.Fatalf("Migrate over a wrong table = %v, want a shape error", err)
+	}
+}
+
+// TestSessionInsideTransaction: a connection that a hook, a DSN pragma or a
+// stray db.Exec("BEGIN") left inside a transaction must not have a write
+// trusted that its transaction then rolls back. Each write refuses such a
+// connection with an error that names the fault.
+func TestSessionInsideTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "flags.db")
+	open := func() *sql.DB {
+		t.Helper()
+		db, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	if err := newStore(t, open()).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inTx := open()
+	inTx.SetMaxOpenConns(1)
+	if _, err := inTx.Exec("BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	a := newStore(t, inTx)
+	res, err := a.Acquire(ctx, leadership.Request{Name: "f", Holder: "a", Lease: time.Minute})
+	if err == nil {
+		inTx.Close() // ends the session: its open transaction rolls back
+		other, oerr := newStore(t, open()).Acquire(ctx, leadership.Request{Name: "f", Holder: "b", Lease: time.Minute})
+		t.Fatalf("Acquire inside an open transaction = %+v, nil; want an error. Then b: %+v, %v (two trusted terms with token %d)",
+			res, other, oerr, res.Version)
+	}
+	if !strings.Contains(err.Error(), "inside a transaction") {
+		t.Fatalf("Acquire inside an open transaction: %v; want it to say the connection is inside a transaction", err)
+	}
+	if _, err := a.Release(ctx, "f", "a", 1); err == nil || !strings.Contains(err.Error(), "inside a transaction") {
+		t.Fatalf("Release inside an open transaction: %v; want an error saying so", err)
+	}
+	if _, err := a.Evict(ctx, "f"); err == nil || !strings.Contains(err.Error(), "inside a transaction") {
+		t.Fatalf("Evict inside an open transaction: %v; want an error saying so", err)
 	}
 }

@@ -30,7 +30,7 @@ const (
 	exitFailure     = 1  // status, release or migrate failed
 	exitUsage       = 2  // bad command line
 	exitUnavailable = 69 // the database could not be reached or set up at start (EX_UNAVAILABLE)
-	exitLost        = 75 // leadership was lost while the child ran; the child was stopped (EX_TEMPFAIL)
+	exitLost        = 75 // leadership was lost (or the watchdog died) while the child ran; its tree was stopped (EX_TEMPFAIL)
 )
 
 const usage = `leadership: run a command only on the leader among processes sharing one SQL database.
@@ -54,8 +54,10 @@ Exit codes:
   1    status, release or migrate failed
   2    bad usage
   69   the database could not be reached or migrated at start
-  75   leadership was lost while the command ran; it was stopped
+  75   leadership was lost (or run's watchdog process was killed) while the command
+       ran; its whole process tree was stopped
   N    run passes the command's own exit status through (128+S if signal S ended it)
+  128+S  signal S ended run before the command started (connecting or waiting)
 `
 
 func main() {
@@ -74,6 +76,9 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		stop() // run handles its signals itself: it forwards them to the child
 		return runCommand(rest, stderr)
+	case watchdogName: // started by run, not listed in the usage
+		stop()
+		return watchdogCommand(rest, stderr)
 	case "status":
 		return statusCommand(ctx, rest, stdout, stderr)
 	case "release":

@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,15 +87,18 @@ func cliIn(t *testing.T, dir, envDSN string, args ...string) (int, string, strin
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
-// childScript is a leader-only command that appends "start PID PPID NANOS"
-// to the marks file, and "stop PID PPID NANOS" when it gets SIGTERM.
-const childScript = `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"
-trap 'echo "stop $$ $PPID $(date +%s%N)" >> "$MARKS"; exit 0' TERM
+// childScript is a leader-only command that appends "start PID RUN NANOS"
+// to the marks file, and "stop PID RUN NANOS" when it gets SIGTERM, where
+// RUN is the pid of its `leadership run` (its grandparent: its parent is
+// run's watchdog process).
+const childScript = `RUN=$(cut -d' ' -f4 /proc/$PPID/stat)
+echo "start $$ $RUN $(date +%s%N)" >> "$MARKS"
+trap 'echo "stop $$ $RUN $(date +%s%N)" >> "$MARKS"; exit 0' TERM
 while :; do sleep 0.02; done`
 
 type mark struct {
 	kind      string
-	pid, ppid int
+	pid, ppid int // ppid: the pid of leadership run in childScript's marks
 	at        time.Time
 }
 
@@ -142,7 +147,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // runner is one `leadership run` process.
 type runner struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	exited chan struct{}
 }
 
@@ -158,7 +163,7 @@ func startRunScript(t *testing.T, dsn, name, marks, script string, extra ...stri
 	t.Helper()
 	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "2s", "--grace", "300ms"}, extra...)
 	args = append(args, "--", "sh", "-c", script)
-	r := &runner{cmd: exec.Command(bin, args...), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	r := &runner{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "MARKS="+marks)
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {
@@ -173,6 +178,25 @@ func startRunScript(t *testing.T, dsn, name, marks, script string, extra ...stri
 		}
 	})
 	return r
+}
+
+// syncBuffer is a bytes.Buffer that a test may read while the process
+// writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func (r *runner) wait(t *testing.T, limit time.Duration) int {
@@ -412,11 +436,11 @@ func TestBadUsage(t *testing.T) {
 
 func TestMigrate(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "flags.db")
-	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cli(t, "migrate", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate = %d %q %q", code, out, errs)
 	}
 	// The flag package takes -flag as well as --flag.
-	if code, out, errs := cli(t, "migrate", "-dsn", dsn); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cli(t, "migrate", "-dsn", dsn); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate -dsn = %d %q %q", code, out, errs)
 	}
 }
@@ -425,7 +449,7 @@ func TestMigrate(t *testing.T) {
 // database, else sqlite:leadership.db in the current directory.
 func TestDSNFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
-	if code, out, errs := cliIn(t, dir, "sqlite:"+filepath.Join(dir, "env.db"), "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cliIn(t, dir, "sqlite:"+filepath.Join(dir, "env.db"), "migrate"); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate with LEADERSHIP_DSN = %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "env.db")); err != nil {
@@ -434,7 +458,7 @@ func TestDSNFromEnvironment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); !os.IsNotExist(err) {
 		t.Fatalf("leadership.db was created although LEADERSHIP_DSN was set (%v)", err)
 	}
-	if code, out, errs := cliIn(t, dir, "", "migrate"); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errs := cliIn(t, dir, "", "migrate"); code != 0 || !strings.Contains(out, "version 2") {
 		t.Fatalf("migrate without a DSN = %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "leadership.db")); err != nil {
@@ -466,7 +490,7 @@ func TestRestartAndMetrics(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
-		return strings.Contains(body, `leadership_flag_state{name="`+name+`"`) && strings.Contains(body, "} 1\n")
+		return regexp.MustCompile(`(?m)^leadership_flag_state\{name="` + regexp.QuoteMeta(name) + `",process="[^"]*"\} 1$`).MatchString(body)
 	})
 
 	if code, out, errs := cli(t, "release", "--dsn", dsn, name); code != 0 {

@@ -9,17 +9,19 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/storeopen"
 )
 
 const runExamples = `  # A daemon that must run on exactly one host: start it on every host.
@@ -34,11 +36,24 @@ const runExamples = `  # A daemon that must run on exactly one host: start it on
   leadership run --name hello -- sh -c 'echo "$$ leads"; sleep 3'
 
 The command gets LEADERSHIP_NAME and LEADERSHIP_TOKEN (the fencing token: the
-flag's version, larger at every new term) in its environment. If leadership
-is lost while it runs (the database is unreachable for a lease, or an
-operator ran "leadership release"), it gets SIGTERM, then SIGKILL after
---grace; both happen before the lease can expire in the database, so no
-other host starts the command while this one still runs it.
+flag's version, larger at every new term) in its environment. It runs in a
+process group of its own under a watchdog process (leadership __watchdog);
+the watchdog and run are child subreapers, so every process the command
+starts stays below them, even after setsid. If leadership is lost while it
+runs (the database is unreachable for a lease, or an operator ran
+"leadership release"), or run is stopped or killed, or the command exits
+leaving processes behind, every process of the tree gets SIGTERM, then
+SIGKILL after --grace; the watchdog does it on its own clock at the end of
+the trust window, so all of it happens before the lease can expire in the
+database and no other host starts the command while this one still runs it.
+Signals sent to run are forwarded to the command's process group; before the
+command starts (connecting, waiting) they end run with 128+N.
+
+Not covered: run and its watchdog both killed or both stopped (if the
+watchdog and the command are resumed together after the deadline, the
+command may run a few milliseconds before the watchdog kills it); processes
+started outside the tree (systemd-run, at, ssh); processes in uninterruptible
+sleep, which die when their I/O returns. Linux only.
 `
 
 // runOptions are the flags of `leadership run`.
@@ -47,6 +62,8 @@ type runOptions struct {
 	name, process, metricsAddr string
 	lease, grace, wait         time.Duration
 	skipIfHeld, restart        bool
+
+	chld chan os.Signal // SIGCHLD, to reap the watchdog and what it leaves
 }
 
 // runCommand runs `leadership run`; the command writes to this process's
@@ -101,18 +118,20 @@ func (o *runOptions) check(child []string) error {
 }
 
 func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int {
-	// Signals: while waiting they end the run; while the command runs they
-	// are forwarded to it, and the flag is released when it exits.
+	// Signals: while connecting or waiting they end the run; while the
+	// command runs they are forwarded to it, and the flag is released when
+	// it exits.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-
-	ctx := context.Background()
-	store, err := o.open(ctx)
-	if err != nil {
-		return report(stderr, err, exitUnavailable)
+	o.chld = make(chan os.Signal, 1)
+	signal.Notify(o.chld, syscall.SIGCHLD)
+	defer signal.Stop(o.chld)
+	// A subreaper: if the watchdog dies, the command's processes are
+	// reparented here, where they can still be found and killed.
+	if err := becomeSubreaper(); err != nil {
+		return report(stderr, err, exitFailure)
 	}
-	defer store.Close()
 
 	reg := prometheus.NewRegistry()
 	if o.metricsAddr != "" {
@@ -124,32 +143,34 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		defer stopMetrics()
 	}
 
-	// The command must be dead before the database can let anyone else
-	// acquire: the flag lowers SafetyMargin before that instant, and the
-	// command gets SIGKILL --grace after the lowering, so the margin covers
-	// the grace period on top of the usual tenth of the lease.
-	f, err := leadership.NewFlag().Store(store.Store).Name(o.name).Process(o.process).Lease(o.lease).
-		RenewInterval(o.lease / 4).SafetyMargin(o.lease/10 + o.grace).
-		Logger(log).MetricsRegisterer(reg).Build(ctx)
-	if err != nil {
-		if errors.Is(err, leadership.ErrInvalidArgument) {
-			return report(stderr, fmt.Errorf("%w: %v", errUsage, err), exitUsage)
-		}
-		return report(stderr, err, exitUnavailable)
+	store, f, code := o.build(reg, log, sigs, stderr)
+	if f == nil {
+		return code
 	}
+	defer closeStore(store, log)
 	defer f.Close()
 
 	for {
-		if !f.Raised() {
-			if o.skipIfHeld {
-				log.Info("flag held by another process; skipping", "name", o.name, "holder", f.Holder())
-				return exitOK
-			}
+		raised := f.Raised()
+		if !raised && o.skipIfHeld {
+			log.Info("flag held by another process; skipping", "name", o.name, "holder", f.Holder())
+			return exitOK
+		}
+		// The watchdog starts before the wait, to be ready when this
+		// process leads: starting a process takes time.
+		w, err := startWatchdog(o.grace, child, append(os.Environ(), "LEADERSHIP_NAME="+o.name))
+		if err != nil {
+			log.Error("cannot start the watchdog process", "error", err)
+			return exitFailure
+		}
+		if !raised {
 			if code, done := o.waitToLead(f, sigs, log); done {
+				w.close()
+				w.collect()
 				return code
 			}
 		}
-		code, outcome := o.runChild(f, child, sigs, log)
+		code, outcome := o.runChild(f, w, child, sigs, log)
 		switch outcome {
 		case notLeading:
 			continue // lowered before the command started: wait again
@@ -164,6 +185,81 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		if !o.restart {
 			return exitLost
 		}
+	}
+}
+
+// build opens the database and builds the flag, or returns the exit code
+// and a nil flag. Connecting can block for long (a server that does not
+// answer, a schema another process is migrating), so SIGINT, SIGTERM or
+// SIGHUP meanwhile ends it at once with 128+N.
+func (o *runOptions) build(reg *prometheus.Registry, log *slog.Logger, sigs <-chan os.Signal, stderr io.Writer) (*storeopen.Opened, *leadership.Flag, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type built struct {
+		store *storeopen.Opened
+		f     *leadership.Flag
+		err   error
+	}
+	done := make(chan built, 1)
+	go func() {
+		store, err := o.open(ctx)
+		if err != nil {
+			done <- built{err: err}
+			return
+		}
+		// The command must be dead before the database can let anyone else
+		// acquire: the flag lowers SafetyMargin before that instant, and the
+		// command gets SIGKILL --grace after the lowering, so the margin
+		// covers the grace period on top of the usual tenth of the lease.
+		f, err := leadership.NewFlag().Store(store.Store).Name(o.name).Process(o.process).Lease(o.lease).
+			RenewInterval(o.lease / 4).SafetyMargin(o.lease/10 + o.grace).
+			Logger(log).MetricsRegisterer(reg).Build(ctx)
+		if err != nil {
+			store.Close()
+			if errors.Is(err, leadership.ErrInvalidArgument) {
+				err = fmt.Errorf("%w: %v", errUsage, err)
+			}
+			done <- built{err: err}
+			return
+		}
+		done <- built{store: store, f: f}
+	}()
+	select {
+	case b := <-done:
+		if b.err != nil {
+			return nil, nil, report(stderr, b.err, exitUnavailable)
+		}
+		return b.store, b.f, exitOK
+	case sig := <-sigs:
+		cancel()
+		fmt.Fprintf(stderr, "leadership: %s while connecting to the database; exiting without running the command\n", unix.SignalName(sig.(syscall.Signal)))
+		// Build may have acquired the flag just now: if it returns soon,
+		// release the flag rather than leave it to expire.
+		select {
+		case b := <-done:
+			if b.f != nil {
+				_ = b.f.Close()
+				b.store.Close()
+			}
+		case <-time.After(time.Second):
+		}
+		return nil, nil, 128 + int(sig.(syscall.Signal))
+	}
+}
+
+// closeStore closes the database connections, but waits at most a second:
+// a pool whose server stopped answering can take long to close (pgx waits
+// up to 15 s per connection), and exiting closes them anyway.
+func closeStore(store *storeopen.Opened, log *slog.Logger) {
+	closed := make(chan struct{})
+	go func() {
+		store.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+		log.Debug("closing the database connections takes long; exiting without waiting")
 	}
 }
 
@@ -209,61 +305,131 @@ func (o *runOptions) waitToLead(f *leadership.Flag, sigs <-chan os.Signal, log *
 }
 
 // runChild runs the command for one term of leadership and reports its
-// exit code and how the term ended.
-func (o *runOptions) runChild(f *leadership.Flag, child []string, sigs <-chan os.Signal, log *slog.Logger) (int, outcome) {
+// exit code and how the term ended. The command runs below a watchdog
+// process (see watchdogName) that stops its whole process tree at the end
+// of the trust window even if this process cannot act; this process sends
+// it each extension of the window, forwards signals through it, and kills
+// the tree itself if the watchdog fails to.
+func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []string, sigs <-chan os.Signal, log *slog.Logger) (int, outcome) {
+	defer w.collect() // after close: a watchdog that was not started exits at the end of its pipe
+	defer w.close()
 	term, endTerm, ok := f.LeaderContext(context.Background())
 	defer endTerm()
 	if !ok {
 		return 0, notLeading
 	}
 	token, _ := f.Token()
-	cmd := exec.Command(child[0], child[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "LEADERSHIP_NAME="+o.name, "LEADERSHIP_TOKEN="+strconv.FormatInt(token, 10))
-	// If this process dies (SIGKILL), the kernel kills the command too:
-	// no orphan keeps running without a leader.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Error("cannot start the command", "command", child[0], "error", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return 127, exited
+
+	// Until the watchdog is ready, nothing runs: a signal or the end of
+	// the term ends the attempt. (The deadline is read only once it is
+	// ready: starting a process can take long on a loaded machine.)
+	select {
+	case r := <-w.reports:
+		if r != "ready" {
+			w.killTree(o.chld)
+			log.Error("the watchdog process failed", "report", r)
+			return exitFailure, exited
 		}
-		return 126, exited
+	case sig := <-sigs:
+		log.Info("signal before the command started; exiting", "signal", sig.String())
+		return 128 + int(sig.(syscall.Signal)), exited
+	case <-term.Done():
+		return 0, notLeading
 	}
-	log.Info("leading; command started", "name", o.name, "token", token, "pid", cmd.Process.Pid)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	sent, raised := f.TrustDeadline()
+	if !raised {
+		return 0, notLeading
+	}
+	w.send(fmt.Sprintf("start %d %d", monoOf(sent), token))
+
+	// The watchdog learns each renewal within a tick; a renewal comes
+	// about three quarters of a lease before the window it extends ends.
+	tick := time.NewTicker(min(max(o.lease/20, time.Millisecond), 100*time.Millisecond))
+	defer tick.Stop()
+	termDone := term.Done()
+	var fallback, giveUp <-chan time.Time
 	for {
 		select {
-		case <-done:
-			code := exitCode(cmd.ProcessState)
-			log.Info("command exited", "status", code)
-			return code, exited
+		case r, ok := <-w.reports:
+			verb, arg, _ := strings.Cut(r, " ")
+			switch {
+			case !ok:
+				// The watchdog died without reporting: nothing enforces the
+				// deadline but this process. Kill the tree at once.
+				w.killTree(o.chld)
+				log.Error("the watchdog process died; killed the command's processes", "name", o.name)
+				return exitLost, lost
+			case verb == "started":
+				log.Info("leading; command started", "name", o.name, "token", token, "pid", arg, "watchdog", w.pid)
+			case verb == "late":
+				log.Warn("the trust window ended before the command could start; waiting to lead again", "name", o.name)
+				return 0, notLeading
+			case verb == "failed":
+				code, text, _ := strings.Cut(arg, " ")
+				status, err := strconv.Atoi(code)
+				if err != nil {
+					status = 126
+				}
+				log.Error("cannot start the command", "command", child[0], "error", text)
+				return status, exited
+			case verb == "done":
+				log.Debug("watchdog reported", "report", r)
+				status, cause := parseDone(arg)
+				if cause == causeExited {
+					log.Info("command exited", "status", status)
+					return status, exited
+				}
+				if cause == causeDeadline && termDone != nil {
+					log.Warn("the watchdog stopped the command at the end of the trust window before this process saw the term end", "name", o.name)
+				}
+				log.Info("command stopped", "status", status)
+				return exitLost, lost
+			}
 		case sig := <-sigs:
 			log.Info("forwarding signal to the command", "signal", sig.String())
-			_ = cmd.Process.Signal(sig)
-		case <-term.Done():
-			log.Warn("leadership lost; stopping the command", "name", o.name, "grace", o.grace)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(o.grace):
-				log.Warn("command still running after --grace; killing it")
-				_ = cmd.Process.Kill()
-				<-done
+			w.send(fmt.Sprintf("signal %d", sig.(syscall.Signal)))
+		case <-tick.C:
+			if d, ok := f.TrustDeadline(); ok && d.After(sent) {
+				sent = d
+				w.send(fmt.Sprintf("deadline %d", monoOf(d)))
+				log.Debug("watchdog deadline extended", "in", time.Until(d).Round(time.Millisecond))
 			}
-			log.Info("command stopped", "status", exitCode(cmd.ProcessState))
+		case <-termDone:
+			termDone = nil
+			log.Warn("leadership lost; stopping the command", "name", o.name, "grace", o.grace)
+			w.send("stop")
+			// The watchdog sends SIGKILL --grace after the earlier of now
+			// and the deadline; if it has not reported by then, this
+			// process kills the tree itself.
+			now := time.Now()
+			if sent.Before(now) {
+				now = sent
+			}
+			fallback = time.After(time.Until(now.Add(o.grace)))
+		case <-fallback:
+			// Normally the watchdog is sending SIGKILL at this very
+			// instant; if it is stopped or starved, this does it. Then the
+			// watchdog has a second to report before it is killed too.
+			fallback = nil
+			w.killBelow()
+			giveUp = time.After(time.Second)
+		case <-giveUp:
+			log.Warn("the watchdog process did not report; killed it", "name", o.name, "watchdog", w.pid)
+			w.killTree(o.chld)
+			log.Info("command stopped")
 			return exitLost, lost
 		}
 	}
 }
 
-// exitCode is the status a shell would report for the command.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+// parseDone parses the arguments of the watchdog's "done STATUS CAUSE".
+func parseDone(arg string) (status int, cause string) {
+	code, cause, _ := strings.Cut(arg, " ")
+	status, err := strconv.Atoi(code)
+	if err != nil {
+		status = -1
 	}
-	return ps.ExitCode()
+	return status, cause
 }
 
 // serveMetrics serves reg on addr until the returned function is called.

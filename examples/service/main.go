@@ -42,15 +42,16 @@ func main() {
 	dsn := flag.String("dsn", "sqlite:service.db", "database: "+storeopen.Usage)
 	every := flag.Duration("every", 3*time.Second, "how often the leader runs the job")
 	lease := flag.Duration("lease", 10*time.Second, "leadership lease")
+	name := flag.String("name", "example-service-job", "name of the leadership flag")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *dsn, *every, *lease, logger); err != nil {
+	if err := run(*addr, *dsn, *name, *every, *lease, logger); err != nil {
 		logger.Error("service failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, dsn string, every, lease time.Duration, logger *slog.Logger) error {
+func run(addr, dsn, name string, every, lease time.Duration, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -64,7 +65,7 @@ func run(addr, dsn string, every, lease time.Duration, logger *slog.Logger) erro
 	reg.MustRegister(collectors.NewGoCollector())
 	f, err := leadership.NewFlag().
 		Store(store.Store).
-		Name("example-service-job").
+		Name(name).
 		Lease(lease).
 		Logger(logger).
 		MetricsRegisterer(reg).

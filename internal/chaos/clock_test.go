@@ -22,7 +22,10 @@ const skew = 10 * 24 * time.Hour
 // decide (Raised compares monotonic readings; expiry is decided by the
 // database's clock in SQL), so the clock that matters is the monotonic one:
 // skewing it shows that only differences of a process's own readings
-// count, never their values against another process's.
+// count, never their values against another process's. On SQLite the
+// skew also moves the CLOCK_BOOTTIME that the store's SQL reads; the store
+// takes the namespace's offset off, or the skewed worker's terms would
+// look ten days long.
 func skewed(t *testing.T) []string {
 	t.Helper()
 	secs := int64(skew / time.Second)

@@ -3,10 +3,8 @@ package chaos
 import (
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -47,8 +45,8 @@ func startPrivatePostgres(t *testing.T) *privateServer {
 	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
 		testdb.Unavailable(t, "a private PostgreSQL server for the restart scenario", EnvPGBin, "no pg_ctl")
 	}
-	dir, cred := serverDir(t, "postgres")
-	data, port := filepath.Join(dir, "data"), freePort(t)
+	dir, cred := testdb.ServerDir(t, "postgres")
+	data, port := filepath.Join(dir, "data"), testdb.FreePort(t)
 	runAs(t, cred, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", port, dir)
 	s := &privateServer{dsn: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
@@ -60,7 +58,7 @@ func startPrivatePostgres(t *testing.T) *privateServer {
 	s.stop = func() { runAs(t, cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop") }
 	s.run()
 	t.Cleanup(func() {
-		_ = command(cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
+		_ = testdb.Command(cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
 	})
 	return s
 }
@@ -75,8 +73,8 @@ func startPrivateMariaDB(t *testing.T) *privateServer {
 	if _, serr := os.Stat(mariadbd); err != nil || serr != nil {
 		testdb.Unavailable(t, "a private MariaDB server for the restart scenario", "PATH", "no mariadb-install-db or /usr/sbin/mariadbd")
 	}
-	dir, cred := serverDir(t, "mysql")
-	data, port := filepath.Join(dir, "data"), freePort(t)
+	dir, cred := testdb.ServerDir(t, "mysql")
+	data, port := filepath.Join(dir, "data"), testdb.FreePort(t)
 	args := []string{"--no-defaults", "--datadir=" + data}
 	if cred != nil {
 		args = append(args, "--user=mysql")
@@ -86,7 +84,7 @@ func startPrivateMariaDB(t *testing.T) *privateServer {
 	var exited chan struct{}
 	s := &privateServer{dsn: fmt.Sprintf("mysql://root@127.0.0.1:%d/leadership", port)}
 	s.run = func() {
-		proc = command(cred, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
+		proc = testdb.Command(cred, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
 			"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin",
 			"--innodb-buffer-pool-size=16M", "--log-error="+filepath.Join(dir, "err.log"))
 		if err := proc.Start(); err != nil {
@@ -116,56 +114,11 @@ func startPrivateMariaDB(t *testing.T) *privateServer {
 	return s
 }
 
-// serverDir makes a temporary directory the server's OS user owns, and
-// returns the credentials to run the server with: that user when the test
-// runs as root (servers refuse to run as root), else none.
-func serverDir(t *testing.T, osUser string) (string, *syscall.Credential) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "chaos-"+osUser+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if os.Geteuid() != 0 {
-		return dir, nil
-	}
-	u, err := user.Lookup(osUser)
-	if err != nil {
-		testdb.Unavailable(t, "a private server for the restart scenario", "PATH", "no OS user "+osUser)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-}
-
-func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = os.TempDir()
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	}
-	return cmd
-}
-
 // runAs runs a command to completion and fails the test with its output.
 func runAs(t *testing.T, cred *syscall.Credential, name string, args ...string) {
 	t.Helper()
-	out, err := command(cred, name, args...).CombinedOutput()
+	out, err := testdb.Command(cred, name, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
-}
-
-// freePort returns a TCP port on loopback nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -122,9 +122,10 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	return nil, func() {}
 }
 
-// NotifiesOtherProcesses forwards to the wrapped store, so a flag on the
-// wrapper gets the same default poll interval as on the store itself.
+// NotifiesOtherProcesses forwards to the wrapped store (see
+// [leadership.ReleaseNotifier]), so a flag on the wrapper gets the same
+// default poll interval as on the store itself.
 func (s *Store) NotifiesOtherProcesses() bool {
-	n, ok := s.inner.(leadership.CrossProcessNotifier)
+	n, ok := s.inner.(interface{ NotifiesOtherProcesses() bool })
 	return ok && n.NotifiesOtherProcesses()
 }

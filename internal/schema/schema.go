@@ -38,9 +38,25 @@ func Apply(dialect, driverName string, drv database.Driver) (err error) {
 		}
 	}()
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		var dirty migrate.ErrDirty
+		if errors.As(err, &dirty) {
+			return Dirty(dialect, uint(dirty.Version))
+		}
 		return err
 	}
 	return nil
+}
+
+// Dirty is the error for a version table that marks version as dirty: a
+// migration failed or stopped half-way, and nothing applies migrations
+// until someone has looked. It wraps [migrate.ErrDirty] and names the fix.
+func Dirty(dialect string, version uint) error {
+	return fmt.Errorf("schema version %d is marked dirty: its migration failed or stopped half-way "+
+		"(or golang-migrate is applying it in another process right now: then retry). "+
+		"Make table %s match migrations/%s/%04d_*.up.sql of this module by hand, "+
+		"then mark the version clean with UPDATE %s SET dirty = false "+
+		"(or golang-migrate's `migrate ... force %d`), and run `leadership migrate`: %w",
+		version, migrations.Table, dialect, version, migrations.MigrationsTable, version, migrate.ErrDirty{Version: int(version)})
 }
 
 // Check compares the columns got (name → type, as information_schema

@@ -20,7 +20,24 @@ const (
 	// EnvMySQL holds a MySQL or MariaDB DSN in go-sql-driver form
 	// (user:pass@tcp(host:port)/db).
 	EnvMySQL = "LEADERSHIP_TEST_MYSQL_DSN"
+	// EnvPgBouncer holds the DSN of a PgBouncer in transaction pooling
+	// mode in front of the server of EnvPostgres, logging in as the same
+	// user (scripts/test-databases.sh starts one). Its database name with
+	// "_single" appended must name the same database through a pool of one
+	// server connection.
+	EnvPgBouncer = "LEADERSHIP_TEST_PGBOUNCER_DSN"
 )
+
+// PgBouncer returns LEADERSHIP_TEST_PGBOUNCER_DSN, else it skips or fails
+// t (see [Unavailable]): no container is started for it.
+func PgBouncer(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(EnvPgBouncer)
+	if dsn == "" {
+		Unavailable(t, "PgBouncer", EnvPgBouncer, EnvPgBouncer+" is not set")
+	}
+	return dsn
+}
 
 // Required reports whether a missing database must fail the tests.
 func Required() bool { return os.Getenv(EnvRequire) == "1" }

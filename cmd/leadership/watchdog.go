@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchdogName is the hidden subcommand `leadership run` starts for each
+// term: `leadership __watchdog --grace D -- COMMAND...`.
+//
+// The watchdog is the parent of the command, which leads a process group
+// of its own, and a child subreaper, so the whole tree of the command stays
+// below it. It enforces the trust window itself, on its own timer, so the
+// command is stopped in time even if `leadership run` is stopped, starved
+// or killed: when the deadline (CLOCK_MONOTONIC nanoseconds) passes
+// without an extension, when run asks it to stop, or when its control pipe
+// closes (run exited or died), it sends SIGTERM (then SIGCONT) to the
+// command's group and to every other process of the tree, and SIGKILL to
+// all of them --grace after the earlier of that instant and the deadline.
+// Before it judges the deadline it reads every message already in the
+// pipe, so an extension run wrote before the deadline is never missed.
+// When the command exits by itself the rest of its tree is stopped the
+// same way. It reports to run once the tree is gone, and exits.
+//
+// Protocol, one line per message. Run to watchdog, on fd 3:
+//
+//	start NS TOKEN start the command with LEADERSHIP_TOKEN=TOKEN; the
+//	               trust window ends at NS
+//	deadline NS    the trust window now ends at NS (CLOCK_MONOTONIC)
+//	signal N       send signal N to the command's process group
+//	stop           stop the tree now
+//
+// Watchdog to run, on fd 4:
+//
+//	ready          waiting for start
+//	started PID    the command runs, as PID (its process group too)
+//	failed CODE TEXT  the command could not start; CODE is 126 or 127
+//	late           the deadline in start had passed: nothing was started
+//	done STATUS CAUSE  the tree is gone; STATUS is the command's status
+//	               (128+N for signal N), CAUSE exited, stopped, deadline,
+//	               supervisor-gone or terminated
+const watchdogName = "__watchdog"
+
+// Causes of a stop, as reported in "done".
+const (
+	causeExited     = "exited"          // the command exited by itself
+	causeStopped    = "stopped"         // run asked
+	causeDeadline   = "deadline"        // the trust window ended without an extension
+	causeSupervisor = "supervisor-gone" // the control pipe closed
+	causeTerminated = "terminated"      // the watchdog got SIGTERM
+)
+
+// File descriptors of the watchdog's pipes.
+const (
+	controlFD = 3
+	reportsFD = 4
+)
+
+// watchdog is the state of `leadership __watchdog`.
+type watchdog struct {
+	grace    int64 // nanoseconds between SIGTERM and SIGKILL
+	argv     []string
+	deadline int64 // end of the trust window, CLOCK_MONOTONIC nanoseconds
+
+	partial []byte // an incomplete control line
+	eof     bool   // the control pipe closed
+
+	started bool
+	cmd     int // pid of the command, leader of its process group
+	cmdDone bool
+	status  int // the command's status once cmdDone
+
+	stopping bool
+	cause    string
+	killAt   int64 // CLOCK_MONOTONIC nanoseconds
+	killing  bool
+}
+
+// watchdogCommand runs `leadership __watchdog`.
+func watchdogCommand(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(watchdogName, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grace := fs.Duration("grace", 0, "")
+	var st unix.Stat_t
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 || *grace < 0 ||
+		unix.Fstat(controlFD, &st) != nil || unix.Fstat(reportsFD, &st) != nil {
+		fmt.Fprintln(stderr, "leadership: "+watchdogName+" is internal to leadership run; do not call it")
+		return exitUsage
+	}
+	// The command must not inherit the pipes: run would not see the
+	// reports end while the command lives.
+	syscall.CloseOnExec(controlFD)
+	syscall.CloseOnExec(reportsFD)
+	if err := unix.SetNonblock(controlFD, true); err != nil {
+		fmt.Fprintln(stderr, "leadership:", watchdogName+":", err)
+		return exitFailure
+	}
+
+	// Terminal signals are for run, which forwards them; they must not
+	// stop or end the watchdog. (Caught, not ignored: an ignored signal
+	// would stay ignored in the command.)
+	drop := make(chan os.Signal, 8)
+	signal.Notify(drop, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	go func() {
+		for range drop {
+		}
+	}()
+	// SIGCHLD and SIGTERM wake the loop through a pipe it polls together
+	// with the control pipe.
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		fmt.Fprintln(stderr, "leadership:", watchdogName+":", err)
+		return exitFailure
+	}
+	var terminated atomic.Bool
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM)
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGTERM {
+				terminated.Store(true)
+			}
+			_, _ = unix.Write(wake[1], []byte{0})
+		}
+	}()
+
+	w := &watchdog{grace: int64(*grace), argv: fs.Args()}
+	if err := becomeSubreaper(); err != nil {
+		w.report("failed %d %v", exitFailure, err)
+		return exitFailure
+	}
+	w.report("ready")
+	drain := make([]byte, 64)
+	for {
+		w.readControl()
+		if !w.started {
+			if w.eof || w.cmd < 0 {
+				return exitOK // run went away, or the start failed or was late
+			}
+		} else {
+			if terminated.Swap(false) {
+				w.stop(monoNow(), causeTerminated)
+			}
+			if reapChildren(w.exited) {
+				break
+			}
+		}
+		timeout := w.step()
+		fds := []unix.PollFd{{Fd: int32(wake[0]), Events: unix.POLLIN}}
+		if !w.eof {
+			fds = append(fds, unix.PollFd{Fd: controlFD, Events: unix.POLLIN})
+		}
+		_, _ = unix.Ppoll(fds, timeout, nil)
+		for {
+			if n, _ := unix.Read(wake[0], drain); n <= 0 {
+				break
+			}
+		}
+	}
+	if w.cause == "" { // nothing stopped it: the command exited, and it was the whole tree
+		w.cause = causeExited
+	}
+	w.report("done %d %s", w.status, w.cause)
+	return exitOK
+}
+
+// step acts on the clock once the command runs, and returns how long the
+// loop may sleep (nil: until a message or signal).
+func (w *watchdog) step() *unix.Timespec {
+	if !w.started {
+		return nil
+	}
+	now := monoNow()
+	if w.cmdDone {
+		w.stop(now, causeExited) // the rest of the tree
+	}
+	if now >= w.deadline {
+		w.stop(w.deadline, causeDeadline)
+	}
+	if w.stopping && now >= w.killAt {
+		w.killing = true
+	}
+	wake := w.deadline
+	switch {
+	case w.killing:
+		// Again at every wake-up until no child is left: a process forked
+		// while the tree was scanned is caught by the next scan.
+		w.signal(syscall.SIGKILL)
+		wake = now + int64(10*time.Millisecond)
+	case w.stopping:
+		wake = w.killAt
+	}
+	ts := unix.NsecToTimespec(max(wake-now, 0))
+	return &ts
+}
+
+// readControl applies every message already in the control pipe.
+func (w *watchdog) readControl() {
+	buf := make([]byte, 4096)
+	for !w.eof {
+		n, err := unix.Read(controlFD, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			return
+		}
+		if n <= 0 { // end of file, or a broken pipe
+			w.eof = true
+			if w.started {
+				w.stop(monoNow(), causeSupervisor)
+			}
+			return
+		}
+		w.partial = append(w.partial, buf[:n]...)
+		for {
+			line, rest, ok := bytes.Cut(w.partial, []byte("\n"))
+			if !ok {
+				break
+			}
+			w.partial = rest
+			w.handle(string(line))
+		}
+	}
+}
+
+// start starts the command in a process group of its own. On failure the
+// code is what a shell would exit with: 127 not found, 126 not runnable.
+func (w *watchdog) start(argv, env []string) (int, error) {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return 127, err
+		}
+		return 126, err
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2},
+		// Pdeathsig: if the watchdog dies, the command dies with it; run,
+		// the next subreaper up, kills the rest of the tree.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return 127, fmt.Errorf("%s: %w", argv[0], err)
+		}
+		return 126, fmt.Errorf("%s: %w", argv[0], err)
+	}
+	w.cmd = pid
+	return 0, nil
+}
+
+// begin starts the command with the fencing token in its environment and
+// the trust window ending at deadline, and reports how it went; after a
+// failure or a late start, w.cmd is -1.
+func (w *watchdog) begin(deadline int64, token string) {
+	if w.started || w.cmd != 0 {
+		return
+	}
+	w.cmd = -1
+	if monoNow() >= deadline {
+		w.report("late")
+		return
+	}
+	code, err := w.start(w.argv, append(os.Environ(), "LEADERSHIP_TOKEN="+token))
+	if err != nil {
+		w.report("failed %d %v", code, err)
+		return
+	}
+	w.started, w.deadline = true, deadline
+	w.report("started %d", w.cmd)
+}
+
+// exited records a reaped child: the command's status, or nothing for a
+// process of its tree that was reparented here.
+func (w *watchdog) exited(pid int, ws syscall.WaitStatus) {
+	if pid == w.cmd {
+		w.cmdDone, w.status = true, statusOf(ws)
+	}
+}
+
+// handle applies one message from run.
+func (w *watchdog) handle(m string) {
+	verb, arg, _ := strings.Cut(m, " ")
+	if verb == "start" {
+		deadline, token, _ := strings.Cut(arg, " ")
+		if ns, err := strconv.ParseInt(deadline, 10, 64); err == nil {
+			w.begin(ns, token)
+		}
+		return
+	}
+	if !w.started {
+		return
+	}
+	switch verb {
+	case "deadline":
+		if ns, err := strconv.ParseInt(arg, 10, 64); err == nil && !w.stopping {
+			w.deadline = ns
+		}
+	case "signal":
+		if n, err := strconv.Atoi(arg); err == nil && !w.cmdDone {
+			_ = syscall.Kill(-w.cmd, syscall.Signal(n))
+		}
+	case "stop":
+		w.stop(monoNow(), causeStopped)
+	}
+}
+
+// stop starts stopping the tree, from the instant from, unless it is
+// stopping already: SIGTERM now, SIGKILL grace after from or after the
+// deadline, whichever is earlier.
+func (w *watchdog) stop(from int64, cause string) {
+	if w.stopping {
+		return
+	}
+	w.stopping, w.cause = true, cause
+	w.killAt = min(from, w.deadline) + w.grace
+	if monoNow() >= w.killAt {
+		w.killing = true
+		return // no time left for SIGTERM: the loop sends SIGKILL at once
+	}
+	w.signal(syscall.SIGTERM)
+	w.signal(syscall.SIGCONT) // a stopped process must run to act on SIGTERM
+}
+
+// signal sends sig to the command's process group while its leader is
+// unreaped (until then the group id cannot be reused), and to every other
+// running process of the tree.
+func (w *watchdog) signal(sig syscall.Signal) {
+	group := 0
+	if !w.cmdDone {
+		group = w.cmd
+		_ = syscall.Kill(-group, sig)
+	}
+	signalDescendants(sig, 0, group)
+}
+
+// report writes one line to run; run may be gone, so errors are ignored.
+func (w *watchdog) report(format string, args ...any) {
+	_, _ = unix.Write(reportsFD, fmt.Appendf(nil, format+"\n", args...))
+}

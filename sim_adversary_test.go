@@ -1,0 +1,313 @@
+package leadership_test
+
+// The simulation's adversary (see sim_test.go): its random acts on the
+// database, the processes and the clock, and what it does to each store
+// call (latency, slow, failed, lost or frozen calls, outages).
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// event applies one random act of the adversary and counts it by kind.
+func (s *sim) event() {
+	kind := ""
+	defer func() {
+		if kind != "" {
+			s.res.events++
+			s.res.kinds[kind]++
+		}
+	}()
+	now := time.Now()
+	switch s.rng.IntN(10) {
+	case 0: // the database becomes unreachable
+		d, hang := s.dur(3*s.maxLease/2), s.rng.IntN(2) == 0
+		s.mu.Lock()
+		s.outageUntil, s.outageHang = now.Add(d), hang
+		s.mu.Unlock()
+		s.logf("outage of the database for %v (hang %v)", d, hang)
+		kind = "database outage"
+	case 1: // one process is cut off
+		if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+			d, hang := s.dur(3*s.maxLease/2), s.rng.IntN(2) == 0
+			s.mu.Lock()
+			p.outageUntil, p.outageHang = now.Add(d), hang
+			s.mu.Unlock()
+			s.logf("%s cut off for %v (hang %v)", p, d, hang)
+			kind = "process cut off"
+		}
+	case 2: // one process freezes
+		if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+			d := s.dur(2 * s.maxLease)
+			p.mu.Lock()
+			p.frozenUntil = now.Add(d)
+			p.mu.Unlock()
+			s.quiet(now.Add(d))
+			s.logf("%s frozen for %v", p, d)
+			kind = "process frozen"
+		}
+	case 3: // one process crashes without releasing
+		if s.live() > 1 {
+			if p := s.pick(stateBuilding, stateRunning, stateClosing); p != nil {
+				p.setState(stateCrashed)
+				s.logf("%s crashes", p)
+				kind = "crash"
+			}
+		}
+	case 4: // one process closes
+		if s.live() > 1 {
+			if p := s.pick(stateRunning); p != nil {
+				p.setState(stateClosing)
+				f := p.flag.Load()
+				s.logf("%s closes", p)
+				kind = "close"
+				p.closed.Store(true)
+				s.wg.Go(func() {
+					err := f.Close()
+					s.logf("%s closed: %v", p, err)
+					if p.state() == stateClosing {
+						p.setState(stateClosed)
+					}
+				})
+			}
+		}
+	case 5, 6: // a process starts or restarts
+		if s.live() < 4 && len(s.procs) < 16 {
+			name := ""
+			if s.rng.IntN(2) == 0 {
+				name = s.procs[s.rng.IntN(len(s.procs))].name // a restart, or a twin
+			}
+			if s.spawn(name) {
+				kind = "start, twin of a live flag"
+			} else {
+				kind = "start"
+			}
+		}
+	case 7: // an operator evicts the holder
+		ok, err := s.store.Evict(context.Background(), simFlag)
+		s.logf("eviction: %v %v", ok, err)
+		kind = "eviction"
+	case 8: // the database clock changes rate
+		if s.rateLo != s.rateHi {
+			r := s.rateLo + (s.rateHi-s.rateLo)*s.rng.Float64()
+			if s.rng.IntN(4) == 0 {
+				r = s.rateHi // the edge of the assumption
+			}
+			s.clock.SetRate(r)
+			s.logf("database clock rate %.4f", r)
+			kind = "clock rate change"
+		}
+	case 9: // a process's precheck vetoes leadership for a while
+		if p := s.pick(stateRunning); p != nil {
+			d := s.dur(s.maxLease)
+			p.mu.Lock()
+			p.vetoUntil = now.Add(d)
+			p.mu.Unlock()
+			s.quiet(now.Add(d))
+			s.logf("%s vetoed for %v", p, d)
+			kind = "precheck veto"
+		}
+	}
+}
+
+// quiet records that an effect of the adversary lasts until t.
+func (s *sim) quiet(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.After(s.quietAt) {
+		s.quietAt = t
+	}
+}
+
+// live counts the processes that are building or running.
+func (s *sim) live() int {
+	n := 0
+	for _, p := range s.procs {
+		if st := p.state(); st == stateBuilding || st == stateRunning {
+			n++
+		}
+	}
+	return n
+}
+
+// pick returns a random process in one of the states, or nil.
+func (s *sim) pick(states ...procState) *proc {
+	var in []*proc
+	for _, p := range s.procs {
+		st := p.state()
+		for _, want := range states {
+			if st == want {
+				in = append(in, p)
+			}
+		}
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	return in[s.rng.IntN(len(in))]
+}
+
+// outage reports whether p's statements cannot reach the database now, and
+// whether its calls then hang until their deadline rather than fail.
+func (s *sim) outage(p *proc) (down, hang bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if now.Before(s.outageUntil) {
+		return true, s.outageHang
+	}
+	if now.Before(p.outageUntil) {
+		return true, p.outageHang
+	}
+	return false, false
+}
+
+// callPlan is what the adversary does to one store call.
+type callPlan struct {
+	pre, post             time.Duration // latency before the statement, after it
+	preFrozen, postFrozen bool          // the latency ignores the context (a frozen goroutine)
+	onWire                bool          // if the caller gives up before the statement, it still runs
+	failBefore            bool          // the statement fails without running
+	lose, loseHang        bool          // the reply is lost after the statement ran
+}
+
+func (p *proc) plan() callPlan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rng
+	latency := func() time.Duration { return time.Duration(1 + r.Int64N(int64(time.Millisecond))) }
+	c := callPlan{pre: latency()} // the reply is instant unless delayed below
+	if !p.s.adversary.Load() {
+		return c
+	}
+	uniform := func(d time.Duration) time.Duration { return time.Duration(r.Int64N(int64(d))) }
+	switch x := r.Float64() / p.s.intensity; {
+	case x < 0.08:
+		c.pre += uniform(3 * p.timeout / 2)
+		c.onWire = r.IntN(2) == 0
+	case x < 0.16:
+		c.post += uniform(3 * p.timeout / 2)
+	case x < 0.19:
+		c.pre += uniform(5 * p.lease / 2)
+		c.preFrozen = true
+	case x < 0.22:
+		c.post += uniform(5 * p.lease / 2)
+		c.postFrozen = true
+	case x < 0.28:
+		c.failBefore = true
+	case x < 0.34:
+		c.lose, c.loseHang = true, r.IntN(2) == 0
+	}
+	return c
+}
+
+// call runs one store call of p through the adversary. exec runs the
+// statement at the database, atomically, at the instant it is called; key
+// identifies its outcome for the digest, text describes it for the trace,
+// and raises (if not nil) tells whether the reply can raise the flag.
+func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error), key func(T) uint64, text func(T, error) string, raises func(T) bool) (_ T, err error) {
+	var zero T
+	s := p.s
+	run := func(how string) (T, error) {
+		res, err := exec()
+		s.ran(p, op+how, key(res), func() string { return text(res, err) })
+		return res, err
+	}
+	if s.opt.verbose {
+		defer func() {
+			if err != nil {
+				s.logf("%s %s returns %v", p, op, err)
+			}
+		}()
+	}
+	if ctx.Err() != nil {
+		// The flag's loop makes no attempt once Close has cancelled it
+		// (loop.go; such an attempt, vetoed, dropped the term without
+		// releasing it). Only at the teardown, where every flag closes at
+		// one instant while the others' releases wake it, may a call begin
+		// as its Close cancels the loop.
+		select {
+		case <-s.teardown:
+		default:
+			s.setLiveness(fmt.Sprintf("at %v %s began %s with a context that Close had cancelled", s.since(), p, op))
+		}
+	}
+	if p.state() == stateCrashed {
+		<-s.teardown
+		return zero, errCrashed
+	}
+	p.thaw()       // a frozen process sends nothing,
+	defer p.thaw() // and sees no reply or error until it thaws
+	if err := ctx.Err(); err != nil {
+		// Cancelled while frozen, or at the teardown: the statement is not
+		// sent, and no draw of the adversary is consumed (at the teardown,
+		// whether the call is cancelled depends on which goroutine ran
+		// first).
+		return zero, err
+	}
+	c := p.plan()
+	s.quiet(time.Now().Add(c.pre + c.post))
+	if c.preFrozen {
+		time.Sleep(c.pre)
+	} else if slept, ok := sleepCtx(ctx, c.pre); !ok {
+		if c.onWire { // the caller gave up, but the statement still reaches the database
+			s.late.Go(func() {
+				time.Sleep(c.pre - slept)
+				if down, _ := s.outage(p); !down {
+					_, _ = run(" after the caller gave up")
+				}
+			})
+		}
+		return zero, ctx.Err()
+	}
+	if down, hang := s.outage(p); down {
+		if hang {
+			<-ctx.Done()
+			return zero, ctx.Err()
+		}
+		return zero, errOutage
+	}
+	if c.failBefore {
+		return zero, errInjected
+	}
+	res, err := run("")
+	if c.lose {
+		if c.loseHang {
+			<-ctx.Done()
+			return zero, ctx.Err()
+		}
+		return zero, errLost
+	}
+	if c.postFrozen {
+		time.Sleep(c.post)
+	} else if _, ok := sleepCtx(ctx, c.post); !ok {
+		return zero, ctx.Err()
+	}
+	p.thaw()
+	if p.state() == stateCrashed { // the reply reaches a dead process
+		<-s.teardown
+		return zero, errCrashed
+	}
+	if raises != nil && raises(res) {
+		s.poke()
+	}
+	return res, err
+}
+
+// sleepCtx sleeps for d or until ctx is done, and reports how long it
+// slept and whether it slept the whole d.
+func sleepCtx(ctx context.Context, d time.Duration) (time.Duration, bool) {
+	if d <= 0 {
+		return 0, true
+	}
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return d, true
+	case <-ctx.Done():
+		return time.Since(start), false
+	}
+}

@@ -1,0 +1,3 @@
+package sqlite
+
+var ParseTimensOffsets = parseTimensOffsets

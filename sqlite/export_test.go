@@ -1,0 +1,99 @@
+package sqlite
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FakeClock is a clock for tests. Its host and wall clocks follow the
+// real monotonic clock from where it was made, plus what the test adds:
+// [FakeClock.StepWall] moves the wall clock alone, as an NTP step or
+// `date -s` does; [FakeClock.Advance] moves both, as time passing does.
+type FakeClock struct {
+	start time.Time
+	boot  string
+	wall0 int64
+
+	mu               sync.Mutex
+	hostAdd, wallAdd time.Duration
+
+	hostReads, wallReads atomic.Int64
+	lastHostRead         atomic.Pointer[time.Time]
+
+	tb *timebase
+}
+
+// NewFakeClock returns a clock of the boot named boot.
+func NewFakeClock(boot string) *FakeClock {
+	c := &FakeClock{start: time.Now(), boot: boot, wall0: time.Now().UnixMilli()}
+	tb, err := newTimebase(c)
+	if err != nil {
+		panic(err)
+	}
+	c.tb = tb
+	return c
+}
+
+// WithClock makes the store read c instead of the host's clock.
+func WithClock(c *FakeClock) Option { return func(s *Store) { s.tb = c.tb } }
+
+func (c *FakeClock) bootID() (string, error) { return c.boot, nil }
+
+func (c *FakeClock) hostMillis() int64 {
+	now := time.Now()
+	c.hostReads.Add(1)
+	c.lastHostRead.Store(&now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return 1e9 + (now.Sub(c.start) + c.hostAdd).Milliseconds()
+}
+
+func (c *FakeClock) wallMillis() int64 {
+	c.wallReads.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall0 + (time.Since(c.start) + c.wallAdd).Milliseconds()
+}
+
+// StepWall moves the wall clock by d; the host clock does not move.
+func (c *FakeClock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wallAdd += d
+}
+
+// Advance moves both clocks by d.
+func (c *FakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hostAdd += d
+	c.wallAdd += d
+}
+
+// Wall reads the wall clock without counting the read.
+func (c *FakeClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.UnixMilli(c.wall0 + (time.Since(c.start) + c.wallAdd).Milliseconds())
+}
+
+// Reads reports how often each clock was read.
+func (c *FakeClock) Reads() (host, wall int64) { return c.hostReads.Load(), c.wallReads.Load() }
+
+// LastHostRead reports when the host clock was last read, by the real clock.
+func (c *FakeClock) LastHostRead() time.Time {
+	if t := c.lastHostRead.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// HostMillis reads the host clock as the store reads it.
+func HostMillis() (int64, error) {
+	tb, err := system()
+	if err != nil {
+		return 0, err
+	}
+	return tb.c.hostMillis(), nil
+}
