@@ -139,6 +139,23 @@ func (b *FlagBuilder) OnRaise(fn func(ctx context.Context)) *FlagBuilder { b.c.o
 // call Close.
 func (b *FlagBuilder) OnLower(fn func()) *FlagBuilder { b.c.onLower = fn; return b }
 
+// HoldAtLeast keeps the flag held in the database until at least d after
+// this process acquired it, even when [Flag.Close] comes sooner: for a job
+// that runs once per schedule on every host (cron, systemd timers, a
+// Kubernetes CronJob), so that a host whose schedule fires up to d later
+// finds the flag held and skips the job instead of running it again.
+// Optional; default 0 (Close releases at once).
+//
+// Close then lowers the flag at once (Raised is false, LeaderContext and
+// OnRaise contexts are cancelled, OnLower is called: the job must not run
+// any more), keeps renewing the term every RenewInterval until d after the
+// instant the acquiring reply arrived, releases it, and only then returns.
+// If the process dies during the hold, the term expires about one lease
+// after its last renewal instead. The hold counts by this process's
+// monotonic clock from the start of the term it holds at Close; a term
+// lost before Close is not held.
+func (b *FlagBuilder) HoldAtLeast(d time.Duration) *FlagBuilder { b.c.holdAtLeast = d; return b }
+
 // config is the set of settings: as given to the builder, then validated
 // and completed by [FlagBuilder.config]. A new setting is a field here and
 // a setter above (plus its default and checks in FlagBuilder.config).
@@ -158,6 +175,7 @@ type config struct {
 	precheck      func(context.Context) error
 	onRaise       func(context.Context)
 	onLower       func()
+	holdAtLeast   time.Duration
 
 	// Test hooks, set per flag through export_test.go.
 
@@ -223,6 +241,9 @@ func (b *FlagBuilder) config() (config, error) {
 		c.jitter = c.lease / 20
 	} else if c.jitter < 0 {
 		bad("Jitter %v is negative", c.jitter)
+	}
+	if c.holdAtLeast < 0 {
+		bad("HoldAtLeast %v is negative", c.holdAtLeast)
 	}
 	if c.safetyMargin > c.lease/2 {
 		bad("SafetyMargin %v is more than half the Lease %v", c.safetyMargin, c.lease)

@@ -128,3 +128,42 @@ func ExampleFlag_Wait() {
 	fmt.Println("leading")
 	// Output: leading
 }
+
+// A job that every host starts from its own schedule (cron, a systemd
+// timer, a Kubernetes CronJob) runs once: the flag stays held for a while
+// after the first host raised it (here 300 ms; in production a lease or
+// more), even though its job ends sooner, so a host whose schedule fires
+// a little later skips the job. A host starting after the hold runs it
+// again.
+func ExampleFlagBuilder_HoldAtLeast() {
+	db, _ := sqlite.Open(":memory:")
+	defer db.Close()
+	store, _ := sqlite.New(db)
+
+	cronJob := func(host string) (closed chan struct{}) {
+		flag, err := leadership.NewFlag().Store(store).Name("nightly").Process(host).
+			HoldAtLeast(300 * time.Millisecond).Build(context.Background())
+		if err != nil {
+			log.Fatal(err)
+		}
+		if flag.Raised() {
+			fmt.Println(host, "runs the job")
+		} else {
+			fmt.Println(host, "skips: held by", flag.Holder())
+		}
+		closed = make(chan struct{})
+		go func() {
+			_ = flag.Close() // lowers at once; releases when the hold ends
+			close(closed)
+		}()
+		return closed
+	}
+	first := cronJob("host-a")
+	<-cronJob("host-b") // fires a moment later
+	<-first
+	<-cronJob("host-c") // fires after the hold
+	// Output:
+	// host-a runs the job
+	// host-b skips: held by host-a
+	// host-c runs the job
+}

@@ -215,11 +215,19 @@ func (f *Flag) Check() error {
 // OnLower callback has returned. It returns the release error, if any (the
 // flag is lowered regardless, and an unreleased term expires after its
 // lease).
+//
+// With [FlagBuilder.HoldAtLeast], Close lowers the flag at once but keeps
+// the term (renewing it) until the hold ends, then releases it; it blocks
+// until then.
 func (f *Flag) Close() error {
 	f.closeOnce.Do(func() {
 		f.loopCancel()
 		<-f.loopDone
-		if version := f.end("closed"); version != 0 {
+		version, since := f.endSince("closed")
+		if until := since + int64(f.c.holdAtLeast); version != 0 && f.now() < until {
+			version = f.hold(version, until)
+		}
+		if version != 0 {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(f.loopCtx), f.c.timeout)
 			if err := f.release(ctx, version); err != nil {
 				f.closeErr = err

@@ -475,6 +475,7 @@ func TestBuildRejectsBadSettings(t *testing.T) {
 		{"huge margin", leadership.NewFlag().Store(s).Name("x").SafetyMargin(10 * time.Second), "SafetyMargin"},
 		{"renew too slow", leadership.NewFlag().Store(s).Name("x").RenewInterval(14 * time.Second), "RenewInterval"},
 		{"timeout too long", leadership.NewFlag().Store(s).Name("x").Timeout(20 * time.Second), "Timeout"},
+		{"negative hold", leadership.NewFlag().Store(s).Name("x").HoldAtLeast(-time.Second), "HoldAtLeast"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := tc.b.Build(context.Background())

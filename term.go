@@ -34,6 +34,9 @@ type term struct {
 	// deadline is the end of the trust window of the last renewal of
 	// version, kept after lowering for Check.
 	deadline int64
+	// since is when this process learned it acquired version (the reply
+	// of the acquire): the start of the hold of [FlagBuilder.HoldAtLeast].
+	since int64
 	// announced is true from raiseLocked to lowerLocked.
 	announced bool
 	// ctx is cancelled when the announced term ends (LeaderContext,
@@ -65,6 +68,9 @@ func (f *Flag) acquired(ctx context.Context, res Result, sent int64) {
 	}
 	renewed := f.term.version == res.Version
 	f.term.version = res.Version
+	if !renewed {
+		f.term.since = f.now()
+	}
 	if f.c.trustFromReply { // a deliberately wrong rule, for the simulation's mutant test only
 		sent = f.now()
 	}
@@ -142,12 +148,18 @@ func (f *Flag) veto(ctx context.Context, reason error) {
 // end lowers the flag for reason and forgets the term, returning its
 // version (0 for none) for the caller to release.
 func (f *Flag) end(reason string) (version int64) {
+	version, _ = f.endSince(reason)
+	return version
+}
+
+// endSince is end that also returns when the term was acquired.
+func (f *Flag) endSince(reason string) (version, since int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	version = f.term.version
+	version, since = f.term.version, f.term.since
 	f.lowerLocked(reason)
 	f.term.version = 0
-	return version
+	return version, since
 }
 
 // raiseLocked announces the flag raised. f.mu is held and the trust window

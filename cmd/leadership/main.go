@@ -42,10 +42,16 @@ Usage:
   leadership migrate [flags]                    apply the schema and report its version
   leadership help | --help | --version
 
-Every command takes --dsn (default $LEADERSHIP_DSN, else sqlite:leadership.db in the
-current directory) and --log-level, --log-format; "leadership COMMAND --help" lists the rest.
+Every command takes --dsn (default sqlite:leadership.db in the current directory)
+and --log-level, --log-format; "leadership COMMAND --help" lists the rest. Every flag
+can also be set in the environment as LEADERSHIP_<FLAG> (LEADERSHIP_DSN,
+LEADERSHIP_LEASE, LEADERSHIP_SKIP_IF_HELD=true, ...); a flag on the command line wins.
+Flags may also follow NAME (leadership release NAME --dsn ...), but not the command
+of run, whose arguments are its own.
 
-DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...
+DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...;
+a MySQL unix socket as mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB or
+mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock.
 Passwords are never printed or logged.
 
 Exit codes:
@@ -92,7 +98,7 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "leadership", version())
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "leadership: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "leadership: unknown command %q\nRun 'leadership help' for usage.\n", cmd)
 		return exitUsage
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
@@ -51,13 +54,36 @@ func databases() map[string]func(t *testing.T) string {
 		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "flags.db") },
 		"postgres": func(t *testing.T) string { return testdb.Postgres(t) },
 		"mysql": func(t *testing.T) string {
-			dsn, err := storeopen.MySQLURL(testdb.MySQL(t))
+			dsn, err := storeopen.MySQLURL(freshMySQL(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return dsn
 		},
 	}
+}
+
+// freshMySQL creates a database of the test's own on the MySQL server
+// testdb finds (the test user may create leadership_*), so that no other
+// test's schema version or rows are seen, and returns its DSN.
+func freshMySQL(t *testing.T) string {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	name := fmt.Sprintf("%s_cli%d", cfg.DBName, time.Now().UnixNano())
+	if _, err := admin.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE `" + name + "`") })
+	cfg.DBName = name
+	return cfg.FormatDSN()
 }
 
 // uniqueName gives a flag name no other test run uses on a shared server.
@@ -422,9 +448,9 @@ func TestBadUsage(t *testing.T) {
 			t.Errorf("%s --help = %d:\n%s", cmd, code, errs)
 		}
 	}
-	// The defaults the README gives: --lease 15 s, --grace 3 s.
+	// The defaults the README gives: --lease 15 s, --grace lease/5 (3 s).
 	_, _, errs := cli(t, "run", "--help")
-	for _, want := range []string{"-lease duration", "(default 15s)", "-grace duration", "(default 3s)"} {
+	for _, want := range []string{"-lease duration", "(default 15s)", "-grace duration", "(default --lease/5: 3s at the default lease)"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("run --help lacks %q:\n%s", want, errs)
 		}

@@ -26,7 +26,7 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return code
 	}
 	if fs.NArg() > 0 {
-		return report(stderr, fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
+		return usageError(stderr, "migrate", fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, fs.Args()))
 	}
 	store, err := c.openChecked(ctx)
 	if err != nil {

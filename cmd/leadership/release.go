@@ -30,7 +30,7 @@ func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return code
 	}
 	if fs.NArg() != 1 {
-		return report(stderr, fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()), exitUsage)
+		return usageError(stderr, "release", fmt.Errorf("%w: release takes one flag name, got %q", errUsage, fs.Args()))
 	}
 	name := fs.Arg(0)
 	store, err := c.openChecked(ctx)

@@ -28,7 +28,9 @@ const runExamples = `  # A daemon that must run on exactly one host: start it on
   leadership run --dsn postgres://app@db/app --name indexer -- ./indexer --serve
 
   # A cron entry installed on every host: the first to start runs the job,
-  # the others exit 0 at once.
+  # the others exit 0 at once. The flag stays held for --hold after the job
+  # started (one --lease by default with --skip-if-held), so hosts whose cron
+  # fires up to that far apart run it once; raise it if they drift further.
   leadership run --dsn mysql://app:pw@db:3306/app --name nightly --skip-if-held -- ./nightly-report
 
   # Try it locally: two processes, one file; the second waits, then runs.
@@ -60,7 +62,7 @@ sleep, which die when their I/O returns. Linux only.
 type runOptions struct {
 	common
 	name, process, metricsAddr string
-	lease, grace, wait         time.Duration
+	lease, grace, wait, hold   time.Duration
 	skipIfHeld, restart        bool
 
 	chld chan os.Signal // SIGCHLD, to reap the watchdog and what it leaves
@@ -74,18 +76,25 @@ func runCommand(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.name, "name", "", "flag name (mandatory): processes using the same name compete")
 	fs.StringVar(&o.process, "process", "", "holder name written to the database (default: hostname-pid-random)")
 	fs.DurationVar(&o.lease, "lease", leadership.DefaultLease, "lease: a crashed leader is replaced about this long after its last renewal")
-	fs.DurationVar(&o.grace, "grace", 3*time.Second, "after leadership is lost, wait this long between SIGTERM and SIGKILL of the command (less than 0.4 × --lease)")
+	fs.DurationVar(&o.grace, "grace", 0, "after leadership is lost, wait this long between SIGTERM and SIGKILL of the command; less than 0.4 × --lease (default --lease/5: 3s at the default lease)")
 	fs.BoolVar(&o.skipIfHeld, "skip-if-held", false, "if another process holds the flag, exit 0 at once (for cron)")
 	fs.DurationVar(&o.wait, "wait", 0, "wait at most this long for leadership, then exit 0 (default: as long as it takes)")
+	fs.DurationVar(&o.hold, "hold", 0, "keep the flag held until this long after run began to lead (just before the command starts), even if the command exits sooner, then release it;\n"+
+		"hosts whose schedules fire within --hold of each other then run the command once (default: one --lease with --skip-if-held, else 0)")
 	fs.BoolVar(&o.restart, "restart", false, "when leadership is lost, stop the command, wait to lead again and start it again, instead of exiting 75")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (for example :9090) while running")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if !isSet(fs, "grace") {
+		o.grace = o.lease / 5
+	}
+	if !isSet(fs, "hold") {
+		o.hold = o.holdDefault()
+	}
 	child := fs.Args()
 	if err := o.check(child); err != nil {
-		fs.Usage()
-		return report(stderr, err, exitUsage)
+		return usageError(stderr, "run", err)
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
@@ -113,6 +122,9 @@ func (o *runOptions) check(child []string) error {
 	}
 	if o.wait < 0 {
 		return fmt.Errorf("%w: --wait %v is negative", errUsage, o.wait)
+	}
+	if o.hold < 0 {
+		return fmt.Errorf("%w: --hold %v is negative", errUsage, o.hold)
 	}
 	return nil
 }
@@ -170,13 +182,17 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 				return code
 			}
 		}
+		leading := time.Now()
 		code, outcome := o.runChild(f, w, child, sigs, log)
 		switch outcome {
 		case notLeading:
 			continue // lowered before the command started: wait again
-		case exited:
-			// The command ended: release at once so another process can
-			// take over without waiting for the lease.
+		case exited, notStarted:
+			// The command ended: release (after --hold, if it ran) so
+			// another process can take over without waiting for the lease.
+			if outcome == exited {
+				o.holdFlag(f, leading.Add(o.hold), sigs, log)
+			}
 			if err := f.Close(); err != nil {
 				log.Warn("releasing the flag failed; another process takes over when the lease expires", "error", err)
 			}
@@ -270,6 +286,7 @@ const (
 	exited     outcome = iota // the command exited by itself (or after a forwarded signal)
 	lost                      // leadership ended first; the command was stopped
 	notLeading                // the flag lowered before the command started
+	notStarted                // the command could not be started, or a signal came first: run exits
 )
 
 // waitToLead blocks until f is raised, --wait passes or a signal arrives;
@@ -328,11 +345,11 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 		if r != "ready" {
 			w.killTree(o.chld)
 			log.Error("the watchdog process failed", "report", r)
-			return exitFailure, exited
+			return exitFailure, notStarted
 		}
 	case sig := <-sigs:
 		log.Info("signal before the command started; exiting", "signal", sig.String())
-		return 128 + int(sig.(syscall.Signal)), exited
+		return 128 + int(sig.(syscall.Signal)), notStarted
 	case <-term.Done():
 		return 0, notLeading
 	}
@@ -371,7 +388,7 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 					status = 126
 				}
 				log.Error("cannot start the command", "command", child[0], "error", text)
-				return status, exited
+				return status, notStarted
 			case verb == "done":
 				log.Debug("watchdog reported", "report", r)
 				status, cause := parseDone(arg)

@@ -38,7 +38,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return code
 	}
 	if fs.NArg() > 0 {
-		return report(stderr, fmt.Errorf("%w: status takes no arguments, got %q", errUsage, fs.Args()), exitUsage)
+		return usageError(stderr, "status", fmt.Errorf("%w: status takes no arguments, got %q", errUsage, fs.Args()))
 	}
 	store, err := c.openChecked(ctx)
 	if err != nil {

@@ -28,7 +28,7 @@ const (
 )
 
 // Usage describes the accepted DSN forms, for help texts and errors.
-const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USER:PASS@HOST:PORT/DB?…"
+const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USER:PASS@HOST:PORT/DB?… (a unix socket: mysql://USER:PASS@unix(/PATH/TO/SOCKET)/DB or ?socket=/PATH/TO/SOCKET)"
 
 // Opened is an open store and what closes it.
 type Opened struct {
@@ -109,38 +109,69 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 	}
 }
 
-// MySQLNative turns mysql://USER:PASS@HOST:PORT/DB?PARAMS into
-// go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?PARAMS, checking it.
+// MySQLNative turns a mysql:// DSN into go-sql-driver's form, checking
+// it. The accepted forms are
+//
+//	mysql://USER:PASS@HOST:PORT/DB?PARAMS                    -> USER:PASS@tcp(HOST:PORT)/DB?PARAMS (port 3306 by default)
+//	mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB?PARAMS -> USER:PASS@unix(/run/mysqld/mysqld.sock)/DB?PARAMS
+//	mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock&PARAMS (the host is ignored and may be empty)
+//
+// USER and PASS are percent-encoded as in any URL; PARAMS are
+// go-sql-driver's.
 func MySQLNative(dsn string) (string, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: mysql DSN %q: %s: want mysql://USER:PASS@HOST:PORT/DB?PARAMS", leadership.ErrInvalidArgument, Redact(dsn), why)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", bad("not a URL") // url's error would show the password
-	}
-	if u.Scheme != "mysql" {
-		return "", bad("scheme is not mysql")
-	}
-	if u.Host == "" {
-		return "", bad("no host")
-	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if db == "" || strings.Contains(db, "/") {
-		return "", bad("no database name")
+		return fmt.Errorf("%w: mysql DSN %q: %s: want %s", leadership.ErrInvalidArgument, Redact(dsn), why, MySQLUsage)
 	}
 	cfg := gomysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, db
-	if u.Port() == "" {
-		cfg.Addr = u.Host + ":3306"
+	var rawQuery string
+	var user *url.Userinfo
+	if m := mysqlUnix.FindStringSubmatch(dsn); m != nil {
+		// url.Parse cannot read unix(PATH) as a host: take it apart here and
+		// let url.Parse decode the rest, with a placeholder host.
+		u, err := url.Parse("mysql://" + m[1] + "unix/" + m[3])
+		if err != nil {
+			return "", bad("not a URL") // url's error would show the password
+		}
+		if m[2] == "" {
+			return "", bad("empty socket path in unix()")
+		}
+		cfg.Net, cfg.Addr, user, rawQuery = "unix", m[2], u.User, u.RawQuery
+		cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	} else {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", bad("not a URL") // url's error would show the password
+		}
+		if u.Scheme != "mysql" {
+			return "", bad("scheme is not mysql")
+		}
+		q := u.Query()
+		user, rawQuery, cfg.DBName = u.User, u.RawQuery, strings.TrimPrefix(u.Path, "/")
+		switch socket := q.Get("socket"); {
+		case q.Has("socket") && socket == "":
+			return "", bad("empty socket= parameter")
+		case socket != "":
+			q.Del("socket")
+			cfg.Net, cfg.Addr, rawQuery = "unix", socket, q.Encode()
+		case u.Host == "":
+			return "", bad("no host")
+		default:
+			cfg.Net, cfg.Addr = "tcp", u.Host
+			if u.Port() == "" {
+				cfg.Addr = u.Host + ":3306"
+			}
+		}
 	}
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return "", bad("no database name")
+	}
+	if user != nil {
+		cfg.User = user.Username()
+		cfg.Passwd, _ = user.Password()
 	}
 	native := cfg.FormatDSN()
-	if u.RawQuery != "" {
-		native += "?" + u.RawQuery
+	if rawQuery != "" {
+		native += "?" + rawQuery
 	}
 	if _, err := gomysql.ParseDSN(native); err != nil {
 		why := err.Error()
@@ -151,6 +182,13 @@ func MySQLNative(dsn string) (string, error) {
 	}
 	return native, nil
 }
+
+// MySQLUsage describes the accepted mysql:// forms, for errors.
+const MySQLUsage = "mysql://USER:PASS@HOST:PORT/DB?PARAMS, mysql://USER:PASS@unix(/PATH/TO/SOCKET)/DB?PARAMS or mysql://USER:PASS@localhost/DB?socket=/PATH/TO/SOCKET"
+
+// mysqlUnix matches mysql://[USERINFO@]unix(PATH)/DB[?PARAMS]: USERINFO@
+// (with its @), PATH, and DB with its parameters.
+var mysqlUnix = regexp.MustCompile(`^mysql://((?:.*@)?)unix\(([^)]*)\)/(.*)$`)
 
 // MySQLURL is the inverse of [MySQLNative] for a TCP address: it turns
 // go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB (the form of

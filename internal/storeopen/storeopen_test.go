@@ -120,3 +120,26 @@ func FuzzDSN(f *testing.F) {
 		}
 	})
 }
+
+// TestMySQLUnixSocket: a mysql:// DSN names a unix socket as unix(PATH)
+// in place of the host, or with a socket= parameter.
+func TestMySQLUnixSocket(t *testing.T) {
+	for in, want := range map[string]string{
+		"mysql://app:p%40ss@unix(/run/mysqld/mysqld.sock)/app":                "app:p@ss@unix(/run/mysqld/mysqld.sock)/app",
+		"mysql://root@unix(/tmp/my.sock)/x?timeout=2s":                        "root@unix(/tmp/my.sock)/x?timeout=2s",
+		"mysql://unix(/tmp/my.sock)/x":                                        "unix(/tmp/my.sock)/x",
+		"mysql://app:pw@localhost/app?socket=/run/mysqld/mysqld.sock":         "app:pw@unix(/run/mysqld/mysqld.sock)/app",
+		"mysql://app:pw@/app?socket=%2Frun%2Fmysqld%2Fmysqld.sock&timeout=2s": "app:pw@unix(/run/mysqld/mysqld.sock)/app?timeout=2s",
+	} {
+		got, err := storeopen.MySQLNative(in)
+		if err != nil || got != want {
+			t.Errorf("MySQLNative(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"mysql://u:secret@unix()/db", "mysql://u:secret@unix(/s)/", "mysql://u:secret@h/db?socket=", "mysql://u:secret@unix(/s)/db?timeout=forever"} {
+		_, err := storeopen.MySQLNative(in)
+		if !errors.Is(err, leadership.ErrInvalidArgument) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "unix(") {
+			t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument naming the forms, without the password", in, err)
+		}
+	}
+}
