@@ -163,9 +163,12 @@ func runFlags(t *testing.T, open Open) {
 		mon := newMonitor(t)
 		name := uniqueName(t)
 		stall := faultstore.Wrap(open(t))
+		connect(t, stall)
 		a := mon.buildWith(t, leadership.NewFlag().Store(stall).Name(name).Process("twin"), lease)
 		mon.waitForLeader(t, slack)
-		b := mon.buildWith(t, leadership.NewFlag().Store(open(t)).Name(name).Process("twin"), lease)
+		other := open(t)
+		connect(t, other)
+		b := mon.buildWith(t, leadership.NewFlag().Store(other).Name(name).Process("twin"), lease)
 		time.Sleep(lease)
 		if b.Raised() {
 			t.Fatal("the second instance with the same process name raised while the first holds the flag")
