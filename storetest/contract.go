@@ -221,6 +221,20 @@ func runContract(t *testing.T, open Open) {
 	t.Run("ConcurrentTakeoverOneWins", func(t *testing.T) {
 		t.Parallel()
 		stores := []leadership.Store{s, open(t), open(t)}
+		// Each store first answers as many calls at once as the rounds
+		// make, so that the rounds race the stores' statements rather than
+		// their first connections (a login can take longer than the lease).
+		var warm sync.WaitGroup
+		for _, st := range stores {
+			for range 5 {
+				warm.Go(func() {
+					if _, _, err := st.Flags(ctx(t)); err != nil {
+						t.Errorf("Flags: %v", err)
+					}
+				})
+			}
+		}
+		warm.Wait()
 		name := uniqueName(t)
 		prev := acquire(t, s, name, "first", 0, 100*time.Millisecond)
 		for round := range 3 {

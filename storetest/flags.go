@@ -163,9 +163,12 @@ func runFlags(t *testing.T, open Open) {
 		mon := newMonitor(t)
 		name := uniqueName(t)
 		stall := faultstore.Wrap(open(t))
+		connect(t, stall)
 		a := mon.buildWith(t, leadership.NewFlag().Store(stall).Name(name).Process("twin"), lease)
 		mon.waitForLeader(t, slack)
-		b := mon.buildWith(t, leadership.NewFlag().Store(open(t)).Name(name).Process("twin"), lease)
+		other := open(t)
+		connect(t, other)
+		b := mon.buildWith(t, leadership.NewFlag().Store(other).Name(name).Process("twin"), lease)
 		time.Sleep(lease)
 		if b.Raised() {
 			t.Fatal("the second instance with the same process name raised while the first holds the flag")
@@ -325,13 +328,23 @@ func (m *monitor) watch(t *testing.T, b *leadership.FlagBuilder) *leadership.Fla
 	return f
 }
 
-// connect opens the store's first connection before a Build: a flag's
-// first attempt has only its Timeout, which a new connection (TCP,
-// authentication) can exceed on a loaded machine.
+// connect opens the store's first connection before a Build and runs the
+// acquire and release statements once on a name of its own: a flag's first
+// attempt has only its Timeout, which a new connection (TCP,
+// authentication) or a first statement (preparing it, warming the
+// server's caches) can exceed on a loaded machine.
 func connect(t *testing.T, s leadership.Store) {
 	t.Helper()
 	if _, _, err := s.Flags(ctx(t)); err != nil {
 		t.Fatalf("Flags before Build: %v", err)
+	}
+	warm := uniqueName(t) + "-warm"
+	res, err := s.Acquire(ctx(t), leadership.Request{Name: warm, Holder: "warm-up", Lease: time.Second})
+	if err != nil {
+		t.Fatalf("warm-up Acquire before Build: %v", err)
+	}
+	if _, err := s.Release(ctx(t), warm, "warm-up", res.Version); err != nil {
+		t.Fatalf("warm-up Release before Build: %v", err)
 	}
 }
 
