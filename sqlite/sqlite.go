@@ -54,8 +54,8 @@
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
 // WHERE … RETURNING statement; when it loses, a second SELECT on the same
 // in-process database reports the holder (no network round trip exists for
-// SQLite). Every write runs in a transaction of its own that commits before
-// its result is returned; a connection that is already inside a
+// SQLite). Every write is a single statement that commits on its own
+// before its result is returned; a connection that is already inside a
 // transaction (a BEGIN in a connection hook or DSN pragma) is refused with
 // an error that says so, instead of a write that would roll back after
 // the caller trusted it.

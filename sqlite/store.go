@@ -18,16 +18,16 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	leaseMillis := (req.Lease + time.Millisecond - 1).Milliseconds() // round up: never shorter than asked
 	var version, wall, renewed, expires int64
-	tx, err := s.begin(ctx, "acquire", req.Name)
+	conn, err := s.conn(ctx, "acquire", req.Name)
 	if err != nil {
 		return leadership.Result{}, err
 	}
-	defer tx.Rollback() // after Commit, a no-op
+	defer conn.Close()
 	// A row is free when its term has expired by the host clock of this
 	// boot, when an earlier boot wrote it, or, when an older version of
 	// this package wrote it (host_boot ''), when it has expired by the wall
 	// clock, as that version judges it.
-	err = tx.QueryRowContext(ctx, clockCTE(5)+`
+	err = conn.QueryRowContext(ctx, clockCTE(5)+`
 INSERT INTO leadership_flags (`+columns+`)
 SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
 ON CONFLICT (name) DO UPDATE SET
@@ -50,9 +50,6 @@ RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 		req.Name, req.Holder, req.Version, leaseMillis, s.tb.key, s.tb.boot).Scan(&version, &wall, &renewed, &expires)
 	switch {
 	case err == nil:
-		if err := tx.Commit(); err != nil {
-			return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: commit: %w", req.Name, err)
-		}
 		s.tb.observe(instant{host: renewed, wall: wall})
 		return leadership.Result{
 			Record: leadership.Record{
@@ -67,7 +64,7 @@ RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 	}
 	var r row
 	var now instant
-	err = tx.QueryRowContext(ctx, clockCTE(2)+`
+	err = conn.QueryRowContext(ctx, clockCTE(2)+`
 SELECT holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at, c.host, c.wall
 FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
 		&r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry, &now.host, &now.wall)
@@ -98,43 +95,50 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 WHERE name = ? AND holder <> ''`, name)
 }
 
-// begin starts the transaction that one write of the flag name runs in.
-// Every write commits before its result is trusted: SQLite refuses BEGIN on
-// a connection that is already inside a transaction (one a connection hook
-// or a DSN pragma opened, or a stray db.Exec("BEGIN") on a one-connection
-// pool), where a bare statement would have joined that transaction and
-// stayed uncommitted, to be rolled back after the caller trusted it.
-func (s *Store) begin(ctx context.Context, what, name string) (*sql.Tx, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+// conn returns a connection of the store's pool for one write of the flag
+// name, checked to be outside a transaction, so that the write's single
+// statement commits on its own before its result is trusted. On a
+// connection already inside a transaction (one a connection hook or a DSN
+// pragma opened, or a stray db.Exec("BEGIN") on a one-connection pool) the
+// statement would join that transaction and stay uncommitted, to be rolled
+// back after the caller trusted it. The check is a deferred BEGIN, which
+// SQLite refuses inside a transaction, and its COMMIT: neither takes a lock
+// nor writes, so the write lock is held only by the write itself.
+func (s *Store) conn(ctx context.Context, what, name string) (*sql.Conn, error) {
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
+	if _, err = conn.ExecContext(ctx, "BEGIN DEFERRED"); err == nil {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		conn.Close()
 		if strings.Contains(err.Error(), "within a transaction") {
 			return nil, fmt.Errorf("sqlite: %s %q: the connection is already inside a transaction, so the write would not commit; "+
 				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", what, name, err)
 		}
-		return nil, fmt.Errorf("sqlite: %s %q: begin: %w", what, name, err)
+		return nil, fmt.Errorf("sqlite: %s %q: check the connection is outside a transaction: %w", what, name, err)
 	}
-	return tx, nil
+	return conn, nil
 }
 
-// update runs the UPDATE query of a release or an eviction of name in its
-// own committed transaction, reports whether it changed a row and, if so,
-// wakes the flags of this store waiting on name.
+// update runs the UPDATE query of a release or an eviction of name,
+// reports whether it changed a row and, if so, wakes the flags of this
+// store waiting on name.
 func (s *Store) update(ctx context.Context, what, name, query string, args ...any) (bool, error) {
-	tx, err := s.begin(ctx, what, name)
+	conn, err := s.conn(ctx, what, name)
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback() // after Commit, a no-op
-	r, err := tx.ExecContext(ctx, query, args...)
+	defer conn.Close()
+	r, err := conn.ExecContext(ctx, query, args...)
 	if err != nil {
 		return false, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
 	}
 	n, err := r.RowsAffected()
 	if err != nil {
 		return false, fmt.Errorf("sqlite: %s %q: rows affected: %w", what, name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("sqlite: %s %q: commit: %w", what, name, err)
 	}
 	if n > 0 {
 		s.hub.Notify(name)
