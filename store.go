@@ -101,6 +101,16 @@ type ReleaseNotifier interface {
 	NotifyReleases(name string) (<-chan struct{}, func())
 }
 
+// SchemaVersioner is implemented by stores whose schema is applied by
+// migrations (the mysql, postgres and sqlite stores of this module), for
+// tools that report it, such as `leadership migrate`.
+type SchemaVersioner interface {
+	// SchemaVersion reports the version of the applied migrations (0 when
+	// none was applied) and whether one failed or stopped half-way
+	// (dirty).
+	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
+}
+
 // processNotifier is a [ReleaseNotifier] that can say whether its
 // notifications reach every process sharing the database.
 type processNotifier interface {

@@ -1,11 +1,9 @@
 package mysql
 
 import (
-	"context"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -43,23 +41,17 @@ func number(err error) uint16 {
 	return 0
 }
 
-// retryTransient runs fn and runs it once more, after a short pause, when
-// it failed in a way that leaves no effect behind: a deadlock (InnoDB rolls
-// the statement back), a lock wait timeout or a duplicate key from two
-// inserts of a new flag racing. Anything else is returned as it is; the
-// flag treats an error as "not acquired", never as a raise.
-func retryTransient(ctx context.Context, fn func() error) error {
-	err := fn()
+// transient reports whether err left no effect behind, so that the
+// statement may run once more (see [github.com/dbflag/leadership/internal/sqlstore.RetryOnce]): a deadlock
+// (InnoDB rolls the statement back), a lock wait timeout or a duplicate key
+// from two inserts of a new flag racing. The flag treats any other error
+// as "not acquired", never as a raise.
+func transient(err error) bool {
 	switch number(err) {
 	case errLockDeadlock, errLockWaitTimeout, errDupEntry:
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
-		return fn()
+		return true
 	}
-	return err
+	return false
 }
 
 // describe wraps err with what failed and, when the cause is known, how to
@@ -85,3 +77,8 @@ func describe(what string, err error) error {
 	}
 	return fmt.Errorf("mysql: %s: %w", what, err)
 }
+
+// errUncommittingProcedure is returned by Acquire when the database has the
+// procedure of schema version 2, which did not commit its upsert in a
+// session without autocommit.
+var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")

@@ -13,6 +13,7 @@ import (
 	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
 
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/migrations"
 )
 
@@ -192,7 +193,7 @@ func (d autocommitOff) Close() error {
 // column the store needs or has it with another type (for example, a table
 // made by hand).
 func (s *Store) checkShape(ctx context.Context) error {
-	got := map[string]string{}
+	var got map[string]string
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `
 SELECT column_name, data_type FROM information_schema.columns
@@ -201,14 +202,8 @@ WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var col, typ string
-			if err := rows.Scan(&col, &typ); err != nil {
-				return err
-			}
-			got[strings.ToLower(col)] = strings.ToLower(typ)
-		}
-		return rows.Err()
+		got, err = sqlstore.Columns(rows)
+		return err
 	})
 	if err != nil {
 		return describe("check table shape", err)
@@ -221,15 +216,13 @@ WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
 // SchemaVersion reports the version of the applied migrations and whether
 // one failed half-way (dirty); 0 when none was applied.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	var v int64
-	err = s.inTx(ctx, true, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, "SELECT version, dirty FROM `"+migrations.MigrationsTable+"` LIMIT 1").Scan(&v, &dirty)
-	})
-	switch {
-	case err == nil:
-		return uint(v), dirty, nil
-	case number(err) == errNoSuchTable, errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
+	version, dirty, err = sqlstore.Version(func(dest ...any) error {
+		return s.inTx(ctx, true, func(tx *sql.Tx) error {
+			return tx.QueryRowContext(ctx, "SELECT version, dirty FROM `"+migrations.MigrationsTable+"` LIMIT 1").Scan(dest...)
+		})
+	}, func(err error) bool { return number(err) == errNoSuchTable || errors.Is(err, sql.ErrNoRows) })
+	if err != nil {
+		return 0, false, describe("read schema version", err)
 	}
-	return 0, false, describe("read schema version", err)
+	return version, dirty, nil
 }

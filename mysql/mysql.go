@@ -100,12 +100,9 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
@@ -129,6 +126,7 @@ type Store struct {
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -162,195 +160,3 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	}
 	return s, nil
 }
-
-// nowMicros is the database clock in microseconds since the Unix epoch,
-// independent of the session time zone.
-const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
-
-// Acquire implements [leadership.Store.Acquire].
-func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
-	if err := req.Validate(); err != nil {
-		return leadership.Result{}, err
-	}
-	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
-	if s.noRoutines {
-		return s.acquireStatements(ctx, req, micros)
-	}
-	stmt, err := s.acquireStmt(ctx)
-	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
-	}
-	var res leadership.Result
-	err = retryTransient(ctx, func() error {
-		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		rows, err := stmt.QueryContext(ctx, req.Name, req.Holder, req.Version, micros)
-		if err != nil {
-			return err
-		}
-		return scanAcquired(rows, &res)
-	})
-	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
-	}
-	return res, nil
-}
-
-// errUncommittingProcedure is returned by Acquire when the database has the
-// procedure of schema version 2, which did not commit its upsert in a
-// session without autocommit.
-var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
-
-// scanAcquired reads the row the procedure returns into res, and closes
-// rows. The reply is trusted only once it has been read to its end (the
-// driver reads the procedure's final status in Close, whose error it
-// returns), and only from the procedure of migration 0004, recognised by
-// the name of its first column, acquired (schema 2 named it TRUE or FALSE).
-func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return err
-	}
-	if len(cols) == 0 || cols[0] != "acquired" {
-		return errUncommittingProcedure
-	}
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	var renewed, expires, now int64
-	if err := rows.Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
-		return err
-	}
-	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
-	return rows.Close()
-}
-
-// acquireStmt returns the CALL of Acquire, prepared once for the store.
-// database/sql then prepares it once per connection and reuses it, so an
-// attempt is one round trip whatever the DSN says; a query with arguments
-// would otherwise be prepared, executed and closed at every attempt unless
-// the DSN sets interpolateParams. A failed preparation is retried at the
-// next attempt.
-func (s *Store) acquireStmt(ctx context.Context) (*sql.Stmt, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.acquire == nil {
-		stmt, err := s.db.PrepareContext(ctx, `CALL leadership_acquire(?, ?, ?, ?)`)
-		if err != nil {
-			return nil, err
-		}
-		s.acquire = stmt
-	}
-	return s.acquire, nil
-}
-
-// Release implements [leadership.Store.Release].
-func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
-	if err := leadership.ValidateName("name", name); err != nil {
-		return false, err
-	}
-	// holder always changes, so "rows affected" means the same with and
-	// without clientFoundRows.
-	return s.change(ctx, "release "+quote(name), name, `
-UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
-WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
-}
-
-// Evict implements [leadership.Store.Evict].
-func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
-	if err := leadership.ValidateName("name", name); err != nil {
-		return false, err
-	}
-	return s.change(ctx, "evict "+quote(name), name,
-		`UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
-}
-
-// change runs an UPDATE of the row of name in a transaction it commits
-// (see Autocommit in the package documentation), reports whether it
-// changed the row and, if so, wakes this process's flags waiting for name.
-func (s *Store) change(ctx context.Context, what, name, query string, args ...any) (bool, error) {
-	var n int64
-	err := retryTransient(ctx, func() error {
-		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			r, err := tx.ExecContext(ctx, query, args...)
-			if err != nil {
-				return err
-			}
-			n, err = r.RowsAffected()
-			return err
-		})
-	})
-	if err != nil {
-		return false, describe(what, err)
-	}
-	if n > 0 {
-		s.hub.Notify(name)
-	}
-	return n > 0, nil
-}
-
-// inTx runs fn in a transaction of its own and commits it. START
-// TRANSACTION begins a transaction whatever the session's autocommit, and
-// ends (commits) any the session had left open, so a read sees a fresh
-// snapshot and a write is committed before the caller trusts it.
-func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
-// Flags implements [leadership.Store.Flags]: one statement, so the rows and
-// the clock are read at one instant.
-func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
-	var (
-		out []leadership.Record
-		now int64
-	)
-	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		out = nil
-		rows, err := tx.QueryContext(ctx, `
-SELECT c.clock, f.name, f.holder, f.version, f.renewed_at, f.expires_at
-FROM (SELECT `+nowMicros+` AS clock) c LEFT JOIN leadership_flags f ON TRUE
-ORDER BY f.name`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				name, holder              sql.NullString
-				version, renewed, expires sql.NullInt64
-			)
-			if err := rows.Scan(&now, &name, &holder, &version, &renewed, &expires); err != nil {
-				return err
-			}
-			if !name.Valid {
-				continue // no flags: the clock's row alone
-			}
-			out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
-				RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, time.Time{}, describe("list flags", err)
-	}
-	return out, time.UnixMicro(now), nil
-}
-
-// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
-// store (this process only).
-func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(name)
-}
-
-func quote(name string) string { return fmt.Sprintf("%q", name) }

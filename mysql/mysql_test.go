@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -289,16 +287,24 @@ func TestReadOnlyUserCannotMigrate(t *testing.T) {
 	}
 }
 
-func TestWrongTableShape(t *testing.T) {
-	t.Parallel()
-	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
-	if _, err := db.Exec(`CREATE TABLE leadership_flags (name VARCHAR(255) PRIMARY KEY, holder TEXT, version TEXT)`); err != nil {
-		t.Fatal(err)
-	}
-	err := newStore(t, db).Migrate(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "wrong shape") || !strings.Contains(err.Error(), "version bigint") {
-		t.Fatalf("Migrate over a hand-made table = %v, want a shape error naming version", err)
-	}
+// TestSetupFailures: a nil db, a hand-made table of the wrong shape and a
+// server that is down each fail with an error that says what to fix.
+func TestSetupFailures(t *testing.T) {
+	storetest.RunSetupFailures(t, storetest.Setup{
+		NewNil: func() error { _, err := mysql.New(nil); return err },
+		WrongShape: func(t testing.TB) leadership.Store {
+			db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+			if _, err := db.Exec(`CREATE TABLE leadership_flags (name VARCHAR(255) PRIMARY KEY, holder TEXT, version TEXT)`); err != nil {
+				t.Fatal(err)
+			}
+			return newStore(t, db)
+		},
+		ShapeError: []string{"wrong shape", "version bigint"},
+		Unreachable: func(t testing.TB, addr string) (leadership.Store, string) {
+			return newStore(t, openDB(t, "app:secret-password@tcp("+addr+")/db?timeout=2s")), "secret-password"
+		},
+		UnreachableError: "connect",
+	})
 }
 
 // TestNamesAreCaseAndAccentSensitive checks the collation the migration
@@ -335,30 +341,6 @@ func TestWrongPassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "not-the-secret-password") {
 		t.Fatalf("the error shows the password: %v", err)
-	}
-}
-
-func TestServerDownAtBuild(t *testing.T) {
-	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
-	db := openDB(t, "app:secret-password@tcp("+addr+")/db?timeout=2s")
-	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("x").Build(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "connect") {
-		t.Fatalf("Build with the server down = %v, want a connection error", err)
-	}
-	if strings.Contains(err.Error(), "secret-password") {
-		t.Fatalf("the error shows the password: %v", err)
-	}
-}
-
-func TestNewRejectsNilDB(t *testing.T) {
-	if _, err := mysql.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
-		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 }
 

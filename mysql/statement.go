@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Statement mode (see WithoutRoutines): the upsert of migration 0004's
@@ -86,11 +87,11 @@ func upsertArgs(req leadership.Request, leaseMicros int64) []any {
 func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, leaseMicros int64) (leadership.Result, error) {
 	upsert, readRow, err := s.statements(ctx)
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
 	args := upsertArgs(req, leaseMicros)
 	var res leadership.Result
-	err = retryTransient(ctx, func() error {
+	err = sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
 			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
 			if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, args...); err != nil {
@@ -110,7 +111,7 @@ func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, l
 		})
 	})
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+quote(req.Name), err)
+		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
 	return res, nil
 }

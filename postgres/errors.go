@@ -1,10 +1,8 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // SQLSTATE codes the store treats specially.
@@ -33,22 +31,16 @@ func sqlState(err error) string {
 	return ""
 }
 
-// retryTransient runs fn and runs it once more, after a short pause, when
-// it fails with a serialization failure or a deadlock (possible when the
-// server's default isolation is SERIALIZABLE); the statement then had no
-// effect. Other errors are returned as they are.
-func retryTransient(ctx context.Context, fn func() error) error {
-	err := fn()
+// transient reports whether err left no effect behind, so that the
+// statement may run once more (see [github.com/dbflag/leadership/internal/sqlstore.RetryOnce]): a serialization
+// failure or a deadlock (possible when the server's default isolation is
+// SERIALIZABLE).
+func transient(err error) bool {
 	switch sqlState(err) {
 	case codeSerializationFailure, codeDeadlockDetected:
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
-		return fn()
+		return true
 	}
-	return err
+	return false
 }
 
 // readOnlyFix says what to do when the server refuses a write because the
@@ -74,3 +66,7 @@ func describe(what string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
+
+// errInTransaction is returned when a statement of the store ran inside a
+// transaction the session had open before it.
+var errInTransaction = errors.New("the session was inside a transaction, so the statement was not committed and will be rolled back: the store needs sessions outside any transaction (does a pgx AfterConnect or PrepareConn hook run BEGIN?)")

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/migrations"
 )
 
@@ -83,17 +84,12 @@ WHERE table_schema = current_schema() AND table_name = 'leadership_flags'`)
 	if err != nil {
 		return describe("check table shape", err)
 	}
-	got := map[string]string{}
-	for rows.Next() {
-		var col, typ string
-		if err := rows.Scan(&col, &typ); err != nil {
-			rows.Close()
-			return describe("check table shape", err)
-		}
-		got[col] = typ
-	}
+	got, err := sqlstore.Columns(rows)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
 		return describe("check table shape", err)
 	}
 	return schema.Check("postgres", got, [][2]string{
@@ -106,13 +102,11 @@ WHERE table_schema = current_schema() AND table_name = 'leadership_flags'`)
 // one failed half-way (dirty), from golang-migrate's table in the current
 // schema; 0 when none was applied.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	var v int64
-	err = s.pool.QueryRow(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(&v, &dirty)
-	switch {
-	case err == nil:
-		return uint(v), dirty, nil
-	case sqlState(err) == codeUndefinedTable, errors.Is(err, pgx.ErrNoRows):
-		return 0, false, nil
+	version, dirty, err = sqlstore.Version(func(dest ...any) error {
+		return s.pool.QueryRow(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(dest...)
+	}, func(err error) bool { return sqlState(err) == codeUndefinedTable || errors.Is(err, pgx.ErrNoRows) })
+	if err != nil {
+		return 0, false, describe("read schema version", err)
 	}
-	return 0, false, describe("read schema version", err)
+	return version, dirty, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -358,45 +356,24 @@ func TestMissingCreatePrivilege(t *testing.T) {
 	}
 }
 
-func TestWrongTableShape(t *testing.T) {
-	t.Parallel()
-	dsn := schemaDSN(t, testdb.Postgres(t))
-	pool := newPool(t, dsn)
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE leadership_flags (name text PRIMARY KEY, holder text, version text)`); err != nil {
-		t.Fatal(err)
-	}
-	err := newStore(t, pool).Migrate(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "wrong shape") || !strings.Contains(err.Error(), "version bigint") {
-		t.Fatalf("Migrate over a hand-made table = %v, want a shape error naming version", err)
-	}
-}
-
-func TestServerDownAtBuild(t *testing.T) {
-	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
-	pool, err := pgxpool.New(context.Background(), "postgres://app:secret-password@"+addr+"/db?connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	_, err = leadership.NewFlag().Store(newStore(t, pool)).Name("x").Build(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "connect") {
-		t.Fatalf("Build with the server down = %v, want a connection error", err)
-	}
-	if strings.Contains(err.Error(), "secret-password") {
-		t.Fatalf("the error shows the password: %v", err)
-	}
-}
-
-func TestNewRejectsNilPool(t *testing.T) {
-	if _, err := postgres.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
-		t.Fatalf("New(nil) = %v, want ErrInvalidArgument", err)
-	}
+// TestSetupFailures: a nil pool, a hand-made table of the wrong shape and
+// a server that is down each fail with an error that says what to fix.
+func TestSetupFailures(t *testing.T) {
+	storetest.RunSetupFailures(t, storetest.Setup{
+		NewNil: func() error { _, err := postgres.New(nil); return err },
+		WrongShape: func(t testing.TB) leadership.Store {
+			pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+			if _, err := pool.Exec(context.Background(), `CREATE TABLE leadership_flags (name text PRIMARY KEY, holder text, version text)`); err != nil {
+				t.Fatal(err)
+			}
+			return newStore(t, pool)
+		},
+		ShapeError: []string{"wrong shape", "version bigint"},
+		Unreachable: func(t testing.TB, addr string) (leadership.Store, string) {
+			return newStore(t, newPool(t, "postgres://app:secret-password@"+addr+"/db?connect_timeout=2")), "secret-password"
+		},
+		UnreachableError: "connect",
+	})
 }
 
 // TestDirtySchemaFailsBuild marks the version dirty, as a golang-migrate

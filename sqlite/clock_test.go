@@ -33,7 +33,7 @@ func openClocked(t *testing.T, path string, c *sqlite.FakeClock) *sqlite.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s, err := sqlite.New(db, sqlite.WithClock(c))
+	s, err := sqlite.NewWithClock(db, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +36,9 @@ func NewFakeClock(boot string) *FakeClock {
 	return c
 }
 
-// WithClock makes the store read c instead of the host's clock.
-func WithClock(c *FakeClock) Option { return func(s *Store) { s.tb = c.tb } }
+// NewWithClock is New with a store that reads c instead of the host's
+// clock.
+func NewWithClock(db *sql.DB, c *FakeClock) (*Store, error) { return newStore(db, c.tb) }
 
 func (c *FakeClock) bootID() (string, error) { return c.boot, nil }
 

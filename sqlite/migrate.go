@@ -15,6 +15,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/migrations"
 )
 
@@ -159,13 +160,12 @@ func apply(ctx context.Context, conn *sql.Conn, src source.Driver, v uint) error
 // a migration failed half-way (dirty), read from golang-migrate's table
 // [migrations.MigrationsTable]; version 0 means none was applied.
 func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(&version, &dirty)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil && strings.Contains(err.Error(), "no such table"):
-		return 0, false, nil
-	case err != nil:
+	version, dirty, err = sqlstore.Version(func(dest ...any) error {
+		return s.db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(dest...)
+	}, func(err error) bool {
+		return errors.Is(err, sql.ErrNoRows) || strings.Contains(err.Error(), "no such table")
+	})
+	if err != nil {
 		return 0, false, fmt.Errorf("sqlite: read schema version: %w", err)
 	}
 	return version, dirty, nil

@@ -87,7 +87,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		if stores[i], err = sqlite.New(db, sqlite.WithClock(c)); err != nil {
+		if stores[i], err = sqlite.NewWithClock(db, c); err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() { errs[i] = stores[i].Migrate(context.Background()) })

@@ -62,34 +62,42 @@ func TestSchemaVersion(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	if _, err := sqlite.New(nil); !errors.Is(err, leadership.ErrInvalidArgument) {
-		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
-	}
 	if _, err := sqlite.Open(""); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Errorf("Open(\"\") = %v, want ErrInvalidArgument", err)
 	}
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "closed.db"))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestSetupFailures: a nil db, a hand-made table of the wrong shape and a
+// closed database each fail with an error that says what to fix.
+func TestSetupFailures(t *testing.T) {
+	open := func(t testing.TB, name string) *sql.DB {
+		t.Helper()
+		db, err := sqlite.Open(filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
 	}
-	db.Close()
-	_, err = leadership.NewFlag().Store(newStore(t, db)).Name("x").Build(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "closed") {
-		t.Fatalf("Build on a closed database = %v, want an error saying it is closed", err)
-	}
-	// A table of the wrong shape, made by hand.
-	db2, err := sqlite.Open(filepath.Join(t.TempDir(), "wrong.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
-	if _, err := db2.Exec(`CREATE TABLE leadership_flags (name TEXT PRIMARY KEY, owner TEXT)`); err != nil {
-		t.Fatal(err)
-	}
-	err = newStore(t, db2).Migrate(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "does not have the columns") {
-		t.Fatalf("Migrate over a wrong table = %v, want a shape error", err)
-	}
+	storetest.RunSetupFailures(t, storetest.Setup{
+		NewNil: func() error { _, err := sqlite.New(nil); return err },
+		WrongShape: func(t testing.TB) leadership.Store {
+			db := open(t, "wrong.db")
+			if _, err := db.Exec(`CREATE TABLE leadership_flags (name TEXT PRIMARY KEY, owner TEXT)`); err != nil {
+				t.Fatal(err)
+			}
+			return newStore(t, db)
+		},
+		ShapeError: []string{"does not have the columns"},
+		// A database file has no server to be down: its equivalent is a
+		// closed database.
+		Unreachable: func(t testing.TB, _ string) (leadership.Store, string) {
+			db := open(t, "closed.db")
+			db.Close()
+			return newStore(t, db), ""
+		},
+		UnreachableError: "closed",
+	})
 }
 
 // TestSessionInsideTransaction: a connection that a hook, a DSN pragma or a

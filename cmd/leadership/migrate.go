@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/dbflag/leadership"
 )
 
 const migrateExamples = `  leadership migrate
@@ -12,12 +14,6 @@ const migrateExamples = `  leadership migrate
 Apply the schema in a deployment step, then let applications run without
 DDL privileges.
 `
-
-// versioned is what every store of this module offers besides the Store
-// interface.
-type versioned interface {
-	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
-}
 
 func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
@@ -36,7 +32,7 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := store.Store.Migrate(ctx); err != nil {
 		return report(stderr, err, exitUnavailable)
 	}
-	if v, ok := store.Store.(versioned); ok {
+	if v, ok := store.Store.(leadership.SchemaVersioner); ok {
 		version, dirty, err := v.SchemaVersion(ctx)
 		if err != nil {
 			return report(stderr, err, exitFailure)

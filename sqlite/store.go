@@ -1,0 +1,181 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dbflag/leadership"
+)
+
+// Acquire implements [leadership.Store.Acquire].
+func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	leaseMillis := (req.Lease + time.Millisecond - 1).Milliseconds() // round up: never shorter than asked
+	var version, wall, renewed, expires int64
+	conn, err := s.conn(ctx, "acquire", req.Name)
+	if err != nil {
+		return leadership.Result{}, err
+	}
+	defer conn.Close()
+	// A row is free when its term has expired by the host clock of this
+	// boot, when an earlier boot wrote it, or, when an older version of
+	// this package wrote it (host_boot ''), when it has expired by the wall
+	// clock, as that version judges it.
+	err = conn.QueryRowContext(ctx, clockCTE(5)+`
+INSERT INTO leadership_flags (`+columns+`)
+SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
+ON CONFLICT (name) DO UPDATE SET
+    version = CASE WHEN leadership_flags.holder = excluded.holder AND leadership_flags.version = ?3
+                   THEN leadership_flags.version ELSE leadership_flags.version + 1 END,
+    holder = excluded.holder,
+    renewed_at = excluded.renewed_at,
+    expires_at = excluded.expires_at,
+    host_boot = excluded.host_boot,
+    host_renewed_at = excluded.host_renewed_at,
+    host_expires_at = excluded.host_expires_at,
+    host_writes = leadership_flags.host_writes + 1
+WHERE (?3 > 0 AND leadership_flags.holder = excluded.holder AND leadership_flags.version = ?3)
+   OR CASE leadership_flags.host_boot
+          WHEN excluded.host_boot THEN leadership_flags.host_expires_at <= excluded.host_renewed_at
+          WHEN '' THEN leadership_flags.expires_at <= excluded.renewed_at
+          ELSE 1
+      END
+RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
+		req.Name, req.Holder, req.Version, leaseMillis, s.tb.key, s.tb.boot).Scan(&version, &wall, &renewed, &expires)
+	switch {
+	case err == nil:
+		s.tb.observe(instant{host: renewed, wall: wall})
+		return leadership.Result{
+			Record: leadership.Record{
+				Name: req.Name, Holder: req.Holder, Version: version,
+				RenewedAt: s.tb.at(renewed), ExpiresAt: s.tb.at(expires),
+			},
+			Acquired: true,
+			Now:      s.tb.at(renewed),
+		}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: %w", req.Name, err)
+	}
+	var r row
+	var now instant
+	err = conn.QueryRowContext(ctx, clockCTE(2)+`
+SELECT holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at, c.host, c.wall
+FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
+		&r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry, &now.host, &now.wall)
+	if err != nil {
+		return leadership.Result{}, fmt.Errorf("sqlite: read %q after losing: %w", req.Name, err)
+	}
+	s.tb.observe(now)
+	return leadership.Result{Record: s.tb.record(req.Name, r, now), Now: s.tb.at(now.host)}, nil
+}
+
+// Release implements [leadership.Store.Release].
+func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	return s.update(ctx, "release", name, clockCTE(4)+`UPDATE leadership_flags
+SET holder = '', expires_at = MIN(expires_at, c.wall), host_expires_at = MIN(host_expires_at, c.host),
+    host_writes = host_writes + 1
+FROM c WHERE name = ?1 AND holder = ?2 AND holder <> '' AND version = ?3`, name, holder, version, s.tb.key)
+}
+
+// Evict implements [leadership.Store.Evict].
+func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	return s.update(ctx, "evict", name, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
+WHERE name = ? AND holder <> ''`, name)
+}
+
+// conn returns a connection of the store's pool for one write of the flag
+// name, checked to be outside a transaction, so that the write's single
+// statement commits on its own before its result is trusted. On a
+// connection already inside a transaction (one a connection hook or a DSN
+// pragma opened, or a stray db.Exec("BEGIN") on a one-connection pool) the
+// statement would join that transaction and stay uncommitted, to be rolled
+// back after the caller trusted it. The check is a deferred BEGIN, which
+// SQLite refuses inside a transaction, and its COMMIT: neither takes a lock
+// nor writes, so the write lock is held only by the write itself.
+func (s *Store) conn(ctx context.Context, what, name string) (*sql.Conn, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
+	if _, err = conn.ExecContext(ctx, "BEGIN DEFERRED"); err == nil {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		conn.Close()
+		if strings.Contains(err.Error(), "within a transaction") {
+			return nil, fmt.Errorf("sqlite: %s %q: the connection is already inside a transaction, so the write would not commit; "+
+				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", what, name, err)
+		}
+		return nil, fmt.Errorf("sqlite: %s %q: check the connection is outside a transaction: %w", what, name, err)
+	}
+	return conn, nil
+}
+
+// update runs the UPDATE query of a release or an eviction of name,
+// reports whether it changed a row and, if so, wakes the flags of this
+// store waiting on name.
+func (s *Store) update(ctx context.Context, what, name, query string, args ...any) (bool, error) {
+	conn, err := s.conn(ctx, what, name)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	r, err := conn.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlite: %s %q: rows affected: %w", what, name, err)
+	}
+	if n > 0 {
+		s.hub.Notify(name)
+	}
+	return n > 0, nil
+}
+
+// Flags implements [leadership.Store.Flags].
+func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
+	var now instant
+	if err := s.db.QueryRowContext(ctx, clockCTE(1)+`SELECT host, wall FROM c`, s.tb.key).Scan(&now.host, &now.wall); err != nil {
+		return nil, time.Time{}, fmt.Errorf("sqlite: read clock: %w", err)
+	}
+	s.tb.observe(now)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host_expires_at
+FROM leadership_flags ORDER BY name`)
+	if err != nil {
+		return nil, time.Time{}, describe("list flags", err)
+	}
+	defer rows.Close()
+	var out []leadership.Record
+	for rows.Next() {
+		var name string
+		var r row
+		if err := rows.Scan(&name, &r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry); err != nil {
+			return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+		}
+		out = append(out, s.tb.record(name, r, now))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+	}
+	return out, s.tb.at(now.host), nil
+}
+
+// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
+// store (this process only).
+func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	return s.hub.Subscribe(name)
+}
