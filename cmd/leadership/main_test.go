@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
@@ -68,22 +65,7 @@ func databases() map[string]func(t *testing.T) string {
 // test's schema version or rows are seen, and returns its DSN.
 func freshMySQL(t *testing.T) string {
 	t.Helper()
-	cfg, err := gomysql.ParseDSN(testdb.MySQL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	name := fmt.Sprintf("%s_cli%d", cfg.DBName, time.Now().UnixNano())
-	if _, err := admin.Exec("CREATE DATABASE `" + name + "`"); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE `" + name + "`") })
-	cfg.DBName = name
-	return cfg.FormatDSN()
+	return testdb.FreshMySQL(t).FormatDSN()
 }
 
 // uniqueName gives a flag name no other test run uses on a shared server.

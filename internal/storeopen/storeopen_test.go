@@ -2,9 +2,7 @@ package storeopen_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -127,14 +125,7 @@ func TestOpenMySQLRoutinesParam(t *testing.T) {
 	defer admin.Close()
 	ctx := context.Background()
 	for param, procedures := range map[string]int{"?routines=false": 0, "": 1} {
-		var b [5]byte
-		_, _ = rand.Read(b[:])
-		c := *cfg
-		c.DBName = cfg.DBName + "_o" + hex.EncodeToString(b[:])
-		if _, err := admin.Exec("CREATE DATABASE `" + c.DBName + "`"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE `" + c.DBName + "`") })
+		c := testdb.FreshMySQL(t)
 		dsn, err := storeopen.MySQLURL(c.FormatDSN())
 		if err != nil {
 			t.Fatal(err)
