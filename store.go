@@ -111,6 +111,28 @@ type SchemaVersioner interface {
 	SchemaVersion(ctx context.Context) (version uint, dirty bool, err error)
 }
 
+// Quarantiner is implemented by stores that guard against lost commits
+// (the postgres and mysql stores; see docs/failover.md): their acquire
+// statement holds every flag of the schema after it notices a new database
+// incarnation (a crash recovery or a promoted replica), and an operator can
+// impose the same hold by hand, for a failover the store cannot see.
+//
+// During a hold no new term starts: no takeover of an expired or released
+// row and no first acquisition of a name. Holders whose term has not
+// expired keep renewing it.
+type Quarantiner interface {
+	// Quarantine makes sure that no new term starts before database-now + d:
+	// the hold ends at the later of that instant and the end of the hold
+	// already in force, never earlier. It returns the end of the hold by
+	// the database clock. d must be positive.
+	Quarantine(ctx context.Context, d time.Duration) (until time.Time, err error)
+
+	// QuarantinedUntil reports the end of the hold in force by the
+	// database clock (before now when there is none), and the database
+	// clock. It writes nothing.
+	QuarantinedUntil(ctx context.Context) (until, now time.Time, err error)
+}
+
 // processNotifier is a [ReleaseNotifier] that can say whether its
 // notifications reach every process sharing the database.
 type processNotifier interface {
