@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // SQLSTATE codes the store treats specially.
@@ -11,9 +12,13 @@ const (
 	codeDeadlockDetected      = "40P01"
 	codeInsufficientPrivilege = "42501"
 	codeReadOnlyTransaction   = "25006"
-	codeUndefinedTable        = "42P01"
-	codeQueryCanceled         = "57014"
-	codeAdminShutdown         = "57P01"
+	// On a standby, the acquire statement's read of the unlogged
+	// incarnation table fails with this code ("cannot access temporary or
+	// unlogged relations during recovery") before any write is refused.
+	codeFeatureNotSupported = "0A000"
+	codeUndefinedTable      = "42P01"
+	codeQueryCanceled       = "57014"
+	codeAdminShutdown       = "57P01"
 	// A named prepared statement that exists where it should not, or not
 	// where it should: the connection's server session changed between
 	// statements (a pooler in transaction mode).
@@ -52,9 +57,13 @@ const readOnlyFix = "the session is read-only: connect to the primary, not a sta
 func describe(what string, err error) error {
 	switch sqlState(err) {
 	case codeInsufficientPrivilege:
-		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags (and CREATE on the schema to run migrations): %w", what, err)
+		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags, SELECT and INSERT on leadership_incarnation, SELECT and UPDATE on leadership_guard (and CREATE on the schema to run migrations): %w", what, err)
 	case codeReadOnlyTransaction:
 		return fmt.Errorf("postgres: %s: %s: %w", what, readOnlyFix, err)
+	case codeFeatureNotSupported:
+		if strings.Contains(err.Error(), "during recovery") {
+			return fmt.Errorf("postgres: %s: the server is a standby (in recovery): %s: %w", what, readOnlyFix, err)
+		}
 	case codeUndefinedTable:
 		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path: %w", what, err)
 	case codeQueryCanceled:

@@ -92,10 +92,22 @@ WHERE table_schema = current_schema() AND table_name = 'leadership_flags'`)
 	if err != nil {
 		return describe("check table shape", err)
 	}
-	return schema.Check("postgres", got, [][2]string{
+	if err := schema.Check("postgres", got, [][2]string{
 		{"name", "text"}, {"holder", "text"}, {"version", "bigint"},
 		{"renewed_at", "timestamp with time zone"}, {"expires_at", "timestamp with time zone"},
-	})
+	}); err != nil {
+		return err
+	}
+	// The failover guard's record: the acquire statement reads it, and
+	// without it no flag would ever be acquired.
+	var guards int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM leadership_guard WHERE id = 1`).Scan(&guards); err != nil {
+		return describe("check the guard record", err)
+	}
+	if guards != 1 {
+		return fmt.Errorf("postgres: %w", errGuardMissing)
+	}
+	return nil
 }
 
 // SchemaVersion reports the version of the applied migrations and whether

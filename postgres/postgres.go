@@ -26,7 +26,8 @@
 // "postgres://app@db/app?search_path=jobs". [Store.Migrate] needs CREATE on
 // that schema; when an administrator applied the migrations (see package
 // migrations), the application role needs only SELECT, INSERT and UPDATE on
-// leadership_flags and SELECT on leadership_schema_migrations.
+// leadership_flags, SELECT and INSERT on leadership_incarnation, SELECT and
+// UPDATE on leadership_guard, and SELECT on leadership_schema_migrations.
 //
 // # Notifications
 //

@@ -293,8 +293,8 @@ func TestMigrateLeavesPoolUsableAndClosable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 1 || dirty {
-		t.Fatalf("SchemaVersion = %d, %v, %v; want 1, false, nil", v, dirty, err)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 2 || dirty {
+		t.Fatalf("SchemaVersion = %d, %v, %v; want 2, false, nil", v, dirty, err)
 	}
 	if err := pool.Ping(context.Background()); err != nil {
 		t.Fatalf("the pool is unusable after Migrate: %v", err)
@@ -341,6 +341,8 @@ func TestMissingCreatePrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(context.Background(), `GRANT SELECT, INSERT, UPDATE ON leadership_flags TO lead_noddl;
+		GRANT SELECT, INSERT ON leadership_incarnation TO lead_noddl;
+		GRANT SELECT, UPDATE ON leadership_guard TO lead_noddl;
 		GRANT SELECT ON leadership_schema_migrations TO lead_noddl`); err != nil {
 		t.Fatal(err)
 	}
@@ -391,5 +393,5 @@ func TestDirtySchemaFailsBuild(t *testing.T) {
 	}
 	// A process that starts now: a store that has migrated once does not
 	// migrate (nor check) again.
-	testdb.CheckDirtyBuild(t, newStore(t, pool), "postgres", 1)
+	testdb.CheckDirtyBuild(t, newStore(t, pool), "postgres", 2)
 }

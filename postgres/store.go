@@ -13,26 +13,81 @@ import (
 )
 
 // acquireSQL decides and writes in one statement; see the package
-// documentation. $1 name, $2 holder, $3 version held (0: none), $4 lease in
-// microseconds.
+// documentation, and docs/failover.md for the guard. $1 name, $2 holder, $3
+// version held (0: none), $4 lease in microseconds.
+//
+// The CTEs, in order: the server's incarnation (inc_read, or inc_new when
+// this statement is the first of a new incarnation; inc is NULL when
+// another statement wrote it after this one began); the guard record as
+// read (g_read) and as written when this statement noticed a new
+// incarnation or a longer lease (g_write); the guard in force for this
+// statement (guard: the written record, or the one read when it is
+// current, or, when another statement is changing it concurrently, a hold
+// of this statement's own from now, which only ends later); the upsert
+// (up), which renews the requester's own term (while a hold is in force,
+// only one that has not expired) and starts a new term only outside a hold,
+// with a version at or above the floor. The last branches report a loss:
+// the row with its expiry raised to the hold's end, or a name without a
+// row, free but held.
 const acquireSQL = `
-WITH up AS (
+WITH inc_read AS (
+    SELECT incarnation FROM leadership_incarnation WHERE id = 1
+), inc_new AS (
+    INSERT INTO leadership_incarnation (id, incarnation)
+    SELECT 1, gen_random_uuid()::text WHERE NOT EXISTS (SELECT FROM inc_read)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING incarnation
+), inc AS (
+    SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
+), g_read AS (
+    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
+), g_write AS (
+    UPDATE leadership_guard g SET
+        incarnation = inc.id,
+        hold_until = CASE WHEN g.incarnation IN ('', inc.id) THEN g.hold_until
+            ELSE greatest(g.hold_until, now() + greatest(g.max_lease_us, $4::bigint) * interval '1 microsecond') END,
+        version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
+            ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
+        max_lease_us = greatest(g.max_lease_us, $4::bigint)
+    FROM inc
+    WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < $4::bigint)
+    RETURNING g.hold_until, g.version_floor
+), guard AS (
+    SELECT
+        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT hold_until FROM g_write)
+             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.hold_until
+             ELSE greatest(r.hold_until, now() + greatest(r.max_lease_us, $4::bigint) * interval '1 microsecond')
+        END AS hold_until,
+        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT version_floor FROM g_write)
+             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.version_floor
+             ELSE greatest(r.version_floor, (extract(epoch FROM now()) * 1000000)::bigint)
+        END AS version_floor
+    FROM g_read r, inc i
+), up AS (
     INSERT INTO leadership_flags AS f (name, holder, version, renewed_at, expires_at)
-    VALUES ($1, $2, 1, now(), now() + $4::bigint * interval '1 microsecond')
+    SELECT $1, $2, greatest(1, g.version_floor), now(), now() + $4::bigint * interval '1 microsecond'
+    FROM guard g
+    WHERE now() >= g.hold_until OR EXISTS (SELECT FROM leadership_flags WHERE name = $1)
     ON CONFLICT (name) DO UPDATE SET
         version = CASE WHEN f.holder = excluded.holder AND f.version = $3::bigint
-                       THEN f.version ELSE f.version + 1 END,
+                       THEN f.version ELSE greatest(f.version + 1, (SELECT version_floor FROM guard)) END,
         holder = excluded.holder,
         renewed_at = excluded.renewed_at,
         expires_at = excluded.expires_at
-    WHERE ($3::bigint > 0 AND f.holder = excluded.holder AND f.version = $3::bigint)
-       OR f.expires_at <= excluded.renewed_at
+    WHERE ($3::bigint > 0 AND f.holder = excluded.holder AND f.version = $3::bigint
+           AND (f.expires_at > excluded.renewed_at OR excluded.renewed_at >= (SELECT hold_until FROM guard)))
+       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard))
     RETURNING f.holder, f.version, f.renewed_at, f.expires_at
 )
 SELECT true, holder, version, renewed_at, expires_at, now() FROM up
 UNION ALL
-SELECT false, holder, version, renewed_at, expires_at, now() FROM leadership_flags
-WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`
+SELECT false, f.holder, f.version, f.renewed_at, greatest(f.expires_at, g.hold_until), now()
+FROM leadership_flags f, guard g
+WHERE f.name = $1 AND NOT EXISTS (SELECT FROM up)
+UNION ALL
+SELECT false, '', 0, now(), g.hold_until, now() FROM guard g
+WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up)
+  AND NOT EXISTS (SELECT FROM leadership_flags WHERE name = $1)`
 
 // Acquire implements [leadership.Store.Acquire].
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {

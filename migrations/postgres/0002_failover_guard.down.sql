@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS leadership_guard;
+DROP TABLE IF EXISTS leadership_incarnation;

@@ -1,0 +1,148 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/postgres"
+)
+
+// newIncarnation empties the unlogged incarnation table of the pool's
+// schema, as crash recovery or the promotion of a standby does, without
+// losing any commit.
+func newIncarnation(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `TRUNCATE leadership_incarnation`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func acquire(t testing.TB, s *postgres.Store, name, holder string, version int64, lease time.Duration) leadership.Result {
+	t.Helper()
+	res, err := s.Acquire(context.Background(), leadership.Request{Name: name, Holder: holder, Version: version, Lease: lease})
+	if err != nil {
+		t.Fatalf("acquire %s by %s: %v", name, holder, err)
+	}
+	return res
+}
+
+// TestGuardHoldsTakeoversAfterANewIncarnation walks the failover guard's
+// rules on the real server: after a new incarnation, a live holder renews
+// at once, while a takeover of a released row and a first acquisition of a
+// name wait for the hold (one longest lease) and then get versions above
+// the floor, the database clock in microseconds.
+func TestGuardHoldsTakeoversAfterANewIncarnation(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 2 * time.Second
+	live, freed := "live", "freed"
+	// A fresh schema holds nothing back.
+	if res := acquire(t, s, live, "a", 0, lease); !res.Acquired || res.Version != 1 {
+		t.Fatalf("first acquisition on a fresh schema = %+v, want version 1 at once", res)
+	}
+	if res := acquire(t, s, freed, "b", 0, lease); !res.Acquired || res.Version != 1 {
+		t.Fatalf("first acquisition on a fresh schema = %+v, want version 1 at once", res)
+	}
+	if ok, err := s.Release(context.Background(), freed, "b", 1); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+
+	newIncarnation(t, pool)
+	renewed := acquire(t, s, live, "a", 1, lease)
+	if !renewed.Acquired || renewed.Version != 1 {
+		t.Fatalf("renewal by the live holder after a new incarnation = %+v, want renewed at once, version 1", renewed)
+	}
+	until, now, err := s.QuarantinedUntil(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hold := until.Sub(now); hold < lease/2 || hold > lease {
+		t.Fatalf("hold after a new incarnation ends in %v, want about one lease (%v)", hold, lease)
+	}
+	floor := renewed.Now.UnixMicro()
+	for _, name := range []string{freed, "new-name"} {
+		res := acquire(t, s, name, "c", 0, lease)
+		if res.Acquired {
+			t.Fatalf("acquisition of %s during the hold = %+v, want refused", name, res)
+		}
+		if res.ExpiresAt.Before(until) {
+			t.Errorf("a loser of %s was told the flag frees at %v, before the hold ends at %v", name, res.ExpiresAt, until)
+		}
+	}
+	time.Sleep(time.Until(time.Now().Add(until.Sub(now))) + 50*time.Millisecond)
+	for _, name := range []string{freed, "new-name"} {
+		res := acquire(t, s, name, "c", 0, lease)
+		if !res.Acquired || res.Version < floor {
+			t.Fatalf("acquisition of %s after the hold = %+v, want a version at or above the floor %d", name, res, floor)
+		}
+	}
+}
+
+// TestGuardRefusesAnExpiredOwnTermDuringTheHold: the row of a holder that
+// stopped renewing may hide a newer term that the failover lost, so while
+// the hold lasts even its own holder cannot renew an expired term.
+func TestGuardRefusesAnExpiredOwnTermDuringTheHold(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A longer lease asked once before makes the hold longer than the
+	// short term below.
+	acquire(t, s, "long", "x", 0, 3*time.Second)
+	if res := acquire(t, s, "short", "a", 0, 200*time.Millisecond); !res.Acquired {
+		t.Fatalf("acquire = %+v", res)
+	}
+	time.Sleep(300 * time.Millisecond)
+	newIncarnation(t, pool)
+	if res := acquire(t, s, "short", "a", 1, 200*time.Millisecond); res.Acquired {
+		t.Fatalf("renewal of an expired own term during the hold = %+v, want refused", res)
+	}
+	until, now, err := s.QuarantinedUntil(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hold := until.Sub(now); hold < 2*time.Second {
+		t.Fatalf("hold after a 200 ms request ends in %v, want the longest lease asked before (3 s)", hold)
+	}
+}
+
+// TestQuarantineNeverShortens: an operator's hold blocks takeovers and
+// first acquisitions, a shorter one never shortens it, holders renew.
+func TestQuarantineNeverShortens(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, s, "held", "a", 0, time.Second)
+	if _, err := s.Quarantine(context.Background(), 0); !errors.Is(err, leadership.ErrInvalidArgument) {
+		t.Fatalf("Quarantine(0) = %v, want ErrInvalidArgument", err)
+	}
+	long, err := s.Quarantine(context.Background(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := s.Quarantine(context.Background(), time.Second)
+	if err != nil || !short.Equal(long) {
+		t.Fatalf("Quarantine(1s) after Quarantine(1m) = %v, %v; want the longer end %v", short, err, long)
+	}
+	if res := acquire(t, s, "held", "a", 1, time.Second); !res.Acquired {
+		t.Fatalf("renewal during a quarantine = %+v, want renewed", res)
+	}
+	if res := acquire(t, s, "other", "b", 0, time.Second); res.Acquired || res.ExpiresAt.Before(long) {
+		t.Fatalf("first acquisition during a quarantine = %+v, want refused until %v", res, long)
+	}
+}
