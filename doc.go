@@ -89,7 +89,8 @@
 //     holder's machine is not suspended past its trust window unnoticed
 //     (on Linux the flag detects a suspend at its next check; see Suspend
 //     for the window that remains); and the database never loses a commit
-//     it acknowledged. Wall-clock jumps of a process do not matter: it uses
+//     it acknowledged, or the store's failover guard notices when it may
+//     have (postgres and mysql; see Durability under Safety). Wall-clock jumps of a process do not matter: it uses
 //     its monotonic clock. On SQLite the database clock is the host's: on
 //     Linux CLOCK_BOOTTIME, which wall-clock steps do not move; on other
 //     systems the wall clock, whose steps are then steps of the database
@@ -112,7 +113,9 @@
 //     never. A reply is trusted only for a committed write: the mysql
 //     store commits whatever the session's autocommit, and the postgres
 //     store fails an attempt made in a session left inside a transaction.
-//   - The database never loses a commit it acknowledged.
+//   - The database never loses a commit it acknowledged, or, on the postgres
+//     and mysql stores, the acquire statement notices a new incarnation of
+//     the server that may have lost some (see Durability below).
 //   - The store obeys the [Store] contract.
 //
 // Database clock. A forward jump of the database clock breaks the rate
@@ -159,18 +162,31 @@
 // longer than SafetyMargin.
 //
 // Durability. Safety also assumes that an acknowledged acquisition or
-// renewal survives: when the database loses it, the row falls back to an
-// older state, so another process can acquire a term its holder still
-// trusts (a lost renewal), or get the same version as the holder (a lost
-// acquisition: two terms with one fencing token). This happens when the
-// database server or its host crashes while PostgreSQL runs with
-// synchronous_commit=off or MySQL or MariaDB with
-// innodb_flush_log_at_trx_commit ≠ 1, and on failover to an asynchronous
-// replica that had not received the last commits (Patroni's default;
-// managed read replicas). Run the database with durable commits and fail
-// over only to synchronous replicas; a guard for failover is planned
-// (issue 15). The sqlite store loses a commit only with its host, which
-// ends every process sharing the file too.
+// renewal survives, or that the store notices when it may not have. When
+// the database loses commits, the row falls back to an older state, so
+// another process could acquire a term its holder still trusts (a lost
+// renewal), or get the same version as the holder (a lost acquisition: two
+// terms with one fencing token). This happens when the database server or
+// its host crashes while PostgreSQL runs with synchronous_commit=off or
+// MySQL or MariaDB with innodb_flush_log_at_trx_commit ≠ 1, and on
+// failover to an asynchronous replica that had not received the last
+// commits (Patroni's default; managed read replicas). The postgres and
+// mysql stores guard against it (the failover guard, docs/failover.md):
+// the acquire statement recognises a new server incarnation (crash
+// recovery, a promoted replica), then starts no new term in the schema for
+// one longest lease (a holder whose term has not expired renews at once),
+// and gives every later term a version above the database clock in
+// microseconds, above every version the lost commits can have issued. That
+// needs three more assumptions: the old primary acknowledges no write after
+// the new one's first acquire statement (no split brain); the promoted
+// server's clock is not behind the old one's by more than the failover
+// took (ahead by any amount is covered); the longest lease in use was
+// recorded before the lost commits. The proof is in docs/failover.md, with
+// what the guard does not cover (multi-primary replication). For a
+// failover the store cannot see (a switch to another cluster, a restore
+// from a backup), an operator holds every flag with
+// `leadership quarantine` ([Quarantiner]). The sqlite store loses a commit
+// only with its host, which ends every process sharing the file too.
 //
 // Invariant: a process's trust window ends before the database can let
 // anyone else acquire. A process trusts a term only after a reply saying
