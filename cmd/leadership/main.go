@@ -7,6 +7,7 @@
 //	leadership status                                  # who holds what
 //	leadership release nightly                         # evict a stuck holder
 //	leadership migrate                                 # apply the schema
+//	leadership quarantine --for 30s                    # hold every flag after a failover
 //
 // Run `leadership help` for the commands, flags and exit codes.
 package main
@@ -40,6 +41,8 @@ Usage:
   leadership status [flags]                     list every flag: holder, version, expiry
   leadership release [flags] NAME               evict the holder of NAME (for a stuck holder)
   leadership migrate [flags]                    apply the schema and report its version
+  leadership quarantine [--for D] [flags]       hold every flag: no new term starts for D
+                                                (after a failover the database cannot see)
   leadership help | --help | --version
 
 Every command takes --dsn (default sqlite:leadership.db in the current directory)
@@ -58,7 +61,7 @@ Passwords are never printed or logged.
 Exit codes:
   0    success; for run: the command exited 0, or the flag was held elsewhere
        with --skip-if-held or past --wait
-  1    status, release or migrate failed
+  1    status, release, migrate or quarantine failed
   2    bad usage
   69   the database could not be reached or migrated at start
   75   leadership was lost (or run's watchdog process was killed) while the command
@@ -92,6 +95,8 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 		return releaseCommand(ctx, rest, stdout, stderr)
 	case "migrate":
 		return migrateCommand(ctx, rest, stdout, stderr)
+	case "quarantine":
+		return quarantineCommand(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -50,13 +50,23 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return report(stderr, err, exitUnavailable)
 	}
 	rows := statusRows(records, now)
+	hold, err := holdOf(ctx, store.Store)
+	if err != nil {
+		return report(stderr, err, exitUnavailable)
+	}
 	if asJSON {
+		var holdUntil *time.Time // omitted when no hold is in force
+		if !hold.IsZero() {
+			u := hold.UTC()
+			holdUntil = &u
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
-			Now   time.Time    `json:"database_now"`
-			Flags []statusFlag `json:"flags"`
-		}{now, rows}); err != nil {
+			Now       time.Time    `json:"database_now"`
+			HoldUntil *time.Time   `json:"hold_until,omitempty"`
+			Flags     []statusFlag `json:"flags"`
+		}{now, holdUntil, rows}); err != nil {
 			return report(stderr, err, exitFailure)
 		}
 		return exitOK
@@ -75,6 +85,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err := w.Flush(); err != nil {
 		return report(stderr, err, exitFailure)
+	}
+	if !hold.IsZero() {
+		fmt.Fprintf(stdout, "hold: no new term starts for %s (failover guard or leadership quarantine)\n", seconds(hold.Sub(now).Seconds()))
 	}
 	return exitOK
 }
