@@ -91,6 +91,7 @@ type Store struct {
 	noListen  bool        // WithoutNotifications
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
+	batch     batcher
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,31 +88,14 @@ SELECT false, '', 0, now(), g.hold_until, now() FROM guard g
 WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up)
   AND NOT EXISTS (SELECT FROM leadership_flags WHERE name = $1)`
 
-// Acquire implements [leadership.Store.Acquire].
+// Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
+// Store share round trips and commits (see batch.go).
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
 	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
-	var res leadership.Result
-	err := sqlstore.RetryOnce(ctx, transient, func() error {
-		return s.committed(ctx, func(conn *pgx.Conn) error {
-			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-			err := conn.QueryRow(ctx, acquireSQL, req.Name, req.Holder, req.Version, micros).
-				Scan(&res.Acquired, &res.Holder, &res.Version, &res.RenewedAt, &res.ExpiresAt, &res.Now)
-			if errors.Is(err, pgx.ErrNoRows) {
-				// The row was inserted by a concurrent statement after ours
-				// began: we lost, and its content is not visible to us yet.
-				// Zero instants make the follower retry soon.
-				return nil
-			}
-			return err
-		})
-	})
-	if err != nil {
-		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
-	}
-	return res, nil
+	return s.batchAcquire(&pending{ctx: ctx, req: req, micros: micros, done: make(chan struct{})})
 }
 
 // Release implements [leadership.Store.Release].
