@@ -48,6 +48,20 @@ func transient(err error) bool {
 	return false
 }
 
+// readOnlyServer reports whether err says that the session's server takes
+// no writes: a standby (the acquire statement's read of the unlogged
+// incarnation table fails first there), or a primary demoted or set
+// read-only.
+func readOnlyServer(err error) bool {
+	switch sqlState(err) {
+	case codeReadOnlyTransaction:
+		return true
+	case codeFeatureNotSupported:
+		return strings.Contains(err.Error(), "during recovery")
+	}
+	return false
+}
+
 // readOnlyFix says what to do when the server refuses a write because the
 // session is read-only.
 const readOnlyFix = "the session is read-only: connect to the primary, not a standby (target_session_attrs=read-write), and do not set default_transaction_read_only=on for the store's role, database or DSN"
@@ -61,7 +75,7 @@ func describe(what string, err error) error {
 	case codeReadOnlyTransaction:
 		return fmt.Errorf("postgres: %s: %s: %w", what, readOnlyFix, err)
 	case codeFeatureNotSupported:
-		if strings.Contains(err.Error(), "during recovery") {
+		if readOnlyServer(err) {
 			return fmt.Errorf("postgres: %s: the server is a standby (in recovery): %s: %w", what, readOnlyFix, err)
 		}
 	case codeUndefinedTable:

@@ -3,9 +3,12 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
@@ -144,5 +147,45 @@ func TestQuarantineNeverShortens(t *testing.T) {
 	}
 	if res := acquire(t, s, "other", "b", 0, time.Second); res.Acquired || res.ExpiresAt.Before(long) {
 		t.Fatalf("first acquisition during a quarantine = %+v, want refused until %v", res, long)
+	}
+}
+
+// TestReadOnlyConnectionIsDroppedAndTheFlagRecovers: a connection to a
+// server that takes no writes (here the first of the pool, made read-only
+// as a demoted primary's would be) fails the attempt with the fix named,
+// never raises the flag, and is closed, so that the pool dials again and
+// the next attempt succeeds.
+func TestReadOnlyConnectionIsDroppedAndTheFlagRecovers(t *testing.T) {
+	t.Parallel()
+	dsn := schemaDSN(t, testdb.Postgres(t))
+	if err := newStore(t, newPool(t, dsn)).Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	var dialed atomic.Int32
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if dialed.Add(1) == 1 {
+			_, err := c.Exec(ctx, `SET default_transaction_read_only = on`)
+			return err
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool)
+	_, err = s.Acquire(context.Background(), leadership.Request{Name: "ro", Holder: "a", Lease: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "target_session_attrs=read-write") {
+		t.Fatalf("attempt on a read-only connection = %v, want an error naming target_session_attrs=read-write", err)
+	}
+	res := acquire(t, s, "ro", "a", 0, time.Second)
+	if !res.Acquired || dialed.Load() != 2 {
+		t.Fatalf("attempt after the read-only connection = %+v after %d dials, want acquired on a new connection", res, dialed.Load())
 	}
 }

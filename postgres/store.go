@@ -158,6 +158,13 @@ func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
 	}
 	defer c.Release()
 	if err := fn(c.Conn()); err != nil {
+		if readOnlyServer(err) {
+			// The connection reaches a standby or a demoted primary (a
+			// failover happened under the pool): close it, so that the
+			// pool dials again (with target_session_attrs=read-write, the
+			// primary) instead of handing it out again.
+			_ = c.Conn().Close(context.WithoutCancel(ctx))
+		}
 		return err
 	}
 	if c.Conn().PgConn().TxStatus() != 'I' {
