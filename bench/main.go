@@ -44,6 +44,7 @@ type options struct {
 	scaleSteps    string
 	scaleWarm     time.Duration
 	scaleMeasure  time.Duration
+	scaleOnly     bool
 	benchtime     string
 }
 
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&o.load, "load", 120*time.Second, "steady-state window of the database load figure")
 	flag.StringVar(&o.scaleSteps, "scale", "1000,2000,4000,8000,16000,24000,32000,48000", "(process, flag) pairs per scale step; stops at the first step that misses")
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")
+	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale figure on PostgreSQL and print its steps (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
@@ -161,6 +163,17 @@ func run(o options) error {
 				return err
 			}
 		}
+	}
+
+	if o.scaleOnly {
+		if pg == nil {
+			return fmt.Errorf("-scale-only needs PostgreSQL (-postgres or LEADERSHIP_TEST_POSTGRES_DSN)")
+		}
+		steps, err := scaleFigure(ctx, *pg, runID, o)
+		for _, st := range steps {
+			fmt.Printf("%+v\n", st)
+		}
+		return err
 	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.

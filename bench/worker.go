@@ -59,6 +59,22 @@ func (c *counter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQue
 	}
 }
 
+// The batch hooks count each statement of a pgx batch (the postgres store
+// sends the attempts of concurrent flags in one) as a statement, and the
+// batch's round trip as one latency sample.
+func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	if c.on.Load() {
+		return context.WithValue(ctx, startKey{}, time.Now())
+	}
+	return ctx
+}
+
+func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { c.n.Add(1) }
+
+func (c *counter) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	c.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{})
+}
+
 func (c *counter) takeLatencies() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
