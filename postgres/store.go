@@ -25,7 +25,10 @@ import (
 // of this statement's own from now, which only ends later); the upsert
 // (up), which renews the requester's own term (while a hold is in force,
 // only one that has not expired) and starts a new term only outside a hold,
-// with a version at or above the floor. The last branches report a loss:
+// with a version at or above the floor; an expired own term begun under an
+// earlier incarnation (its version is below the floor) is not renewed but
+// replaced by a new term, since a lost later term may have raised a higher
+// token meanwhile. The last branches report a loss:
 // the row with its expiry raised to the hold's end, or a name without a
 // row, free but held.
 const acquireSQL = `
@@ -69,6 +72,7 @@ WITH inc_read AS (
     WHERE now() >= g.hold_until OR EXISTS (SELECT FROM leadership_flags WHERE name = $1)
     ON CONFLICT (name) DO UPDATE SET
         version = CASE WHEN f.holder = excluded.holder AND f.version = $3::bigint
+                            AND (f.expires_at > excluded.renewed_at OR f.version >= (SELECT version_floor FROM guard))
                        THEN f.version ELSE greatest(f.version + 1, (SELECT version_floor FROM guard)) END,
         holder = excluded.holder,
         renewed_at = excluded.renewed_at,

@@ -17,6 +17,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS leadership_incarnation (
 -- first acquire statement of a new schema), the end of the hold in force
 -- (no new term starts before it), the lowest version a new term may get,
 -- and the longest lease any acquire statement asked for, in microseconds.
+-- ('' is kept for a row restored by hand: it means "no earlier incarnation".)
 CREATE TABLE IF NOT EXISTS leadership_guard (
     id            int         NOT NULL PRIMARY KEY CHECK (id = 1),
     incarnation   text        NOT NULL DEFAULT '',
@@ -24,4 +25,12 @@ CREATE TABLE IF NOT EXISTS leadership_guard (
     version_floor bigint      NOT NULL DEFAULT 0,
     max_lease_us  bigint      NOT NULL DEFAULT 0
 );
-INSERT INTO leadership_guard (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
+-- The guard record starts with the incarnation the schema is created
+-- under, never '' once migrated: a crash that loses the first acquire
+-- statements of a new schema then still shows a new incarnation, and the
+-- first acquisition of a fresh schema is still immediate.
+INSERT INTO leadership_incarnation (id, incarnation) VALUES (1, gen_random_uuid()::text)
+ON CONFLICT (id) DO NOTHING;
+INSERT INTO leadership_guard (id, incarnation)
+SELECT 1, incarnation FROM leadership_incarnation WHERE id = 1
+ON CONFLICT (id) DO NOTHING;
