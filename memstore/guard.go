@@ -13,6 +13,30 @@ import (
 // the guard record and the rules of the acquire statement are those of the
 // postgres and mysql stores, so the simulation and the storetest suite can
 // check the design on it.
+//
+// Two additions to docs/failover.md, each closing a hole that the
+// simulation found (sim_test.go's mutants show them):
+//
+// Migrate writes the guard record's incarnation, as the creation of a
+// schema would. Under the rules alone
+// the record keeps the incarnation '' until the first acquire statement,
+// and a failover that loses that statement (and every one after it)
+// brings back '', which rule 1 takes for a fresh schema: no hold and no
+// floor, so the next first acquisition gets version 1 again while the lost
+// term's holder may still trust its version 1 (the simulation's mutant
+// "guard-without-migrate" finds it).
+//
+// An expired row whose version is below the version floor (its term began
+// under an earlier incarnation) is not renewed, not even after the hold:
+// its holder's request is treated as any request for an expired row, so
+// it gets a new term at a version at least the floor (rule 5), which the
+// flag takes for a new term. Under rule 4 alone the holder renews it after
+// the hold and raises its old token, although a successor with a higher
+// token may have been raised in the lost commits: the token goes backwards
+// and a resource fenced by the successor's token refuses the renewed
+// holder for as long as it keeps renewing (the simulation's mutant
+// "guard-renews-lost-terms" finds it). Under the first incarnation the
+// floor is 0 and nothing changes.
 
 // guard is the schema-wide guard record (leadership_guard).
 type guard struct {
@@ -36,6 +60,19 @@ func WithHistory(d time.Duration) Option { return func(s *Store) { s.history = d
 // guard would. Never use it elsewhere: a failover that loses commits can
 // then give two processes the flag at once, or one token to two terms.
 func WithoutGuardForTest() Option { return func(s *Store) { s.noGuard = true } }
+
+// WithDraftRenewalRuleForTest makes the guard renew an expired term that
+// began under an earlier incarnation once the hold is over, as rule 4 of
+// docs/failover.md words it, for the simulation's mutant that shows why
+// the store does not (see the top of guard.go). Never use it elsewhere.
+func WithDraftRenewalRuleForTest() Option { return func(s *Store) { s.draftRenewal = true } }
+
+// lostTermLocked reports whether row's term began under an earlier
+// incarnation, whose commits may have been lost: then an expired row may
+// hide a successor's term. s.mu is held.
+func (s *Store) lostTermLocked(row leadership.Record) bool {
+	return !s.noGuard && !s.draftRenewal && row.Version < s.guard.floor
+}
 
 // undo is one entry of the undo log: the state before one write.
 type undo struct {

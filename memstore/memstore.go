@@ -32,13 +32,14 @@ type Store struct {
 	hub   notify.Hub
 
 	// The failover guard (guard.go).
-	guard       guard
-	incarnation int           // the server's, from 1
-	offset      time.Duration // of the current server's clock from clock
-	noGuard     bool
-	history     time.Duration
-	log         []undo // the undo log, oldest first, from log[head]
-	head        int
+	guard        guard
+	incarnation  int           // the server's, from 1
+	offset       time.Duration // of the current server's clock from clock
+	noGuard      bool
+	draftRenewal bool
+	history      time.Duration
+	log          []undo // the undo log, oldest first, from log[head]
+	head         int
 }
 
 var (
@@ -67,8 +68,25 @@ func New(opts ...Option) *Store {
 // now is the database clock.
 func (s *Store) now() time.Time { return s.clock().Add(s.offset) }
 
-// Migrate does nothing: there is no schema.
-func (s *Store) Migrate(ctx context.Context) error { return ctx.Err() }
+// Migrate creates no tables (there is no schema), but, like the creation
+// of a schema, it writes the guard record with the current incarnation
+// when no statement has written it yet, so that a later failover that
+// loses the first acquisitions is noticed (see guard.go). Without Migrate
+// the first acquire statement writes the record, as docs/failover.md has
+// it.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.guard.incarnation == 0 && !s.noGuard {
+		g := s.guard
+		g.incarnation = s.incarnation
+		s.setGuard(s.now(), g)
+	}
+	return nil
+}
 
 // Acquire implements [leadership.Store.Acquire], with the guard of
 // docs/failover.md: after a new incarnation, or during a [Store.Quarantine],
@@ -87,8 +105,9 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	now := s.now()
 	held := s.noticeLocked(now, req.Lease)
 	row, exists := s.rows[req.Name]
-	own := exists && req.Version > 0 && row.Holder == req.Holder && row.Version == req.Version
 	free := !exists || !row.ExpiresAt.After(now)
+	own := exists && req.Version > 0 && row.Holder == req.Holder && row.Version == req.Version &&
+		!(free && s.lostTermLocked(row)) // an expired term of an earlier incarnation may hide a lost successor
 	switch {
 	case own && !(held && free): // rule 4: while held, only an unexpired term renews
 	case free && !held: // rule 5: a new term
