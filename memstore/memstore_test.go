@@ -131,3 +131,39 @@ func TestWithoutGuardForTestIgnoresIncarnations(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiredTermOfEarlierIncarnationIsNotRenewed checks the store's
+// addition to rule 4 (guard.go): after a failover, a holder whose term
+// expired gets a new term above the floor instead of renewing its old
+// version, which a lost successor may have exceeded; under the rule as
+// docs/failover.md words it (WithDraftRenewalRuleForTest) it renews.
+func TestExpiredTermOfEarlierIncarnationIsNotRenewed(t *testing.T) {
+	for _, draft := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			var opts []memstore.Option
+			if draft {
+				opts = append(opts, memstore.WithDraftRenewalRuleForTest())
+			}
+			s := memstore.New(opts...)
+			a := acquire(t, s, "f", "a", 0)
+			time.Sleep(2 * time.Second) // a's term expires
+			if err := s.Failover(0, 0); err != nil {
+				t.Fatal(err)
+			}
+			held := acquire(t, s, "f", "a", a.Version)
+			if held.Acquired {
+				t.Fatalf("draft %v: an expired term renewed during the hold: %+v", draft, held)
+			}
+			time.Sleep(time.Second)
+			res := acquire(t, s, "f", "a", a.Version)
+			switch {
+			case !res.Acquired:
+				t.Fatalf("draft %v: no term after the hold: %+v", draft, res)
+			case draft && res.Version != a.Version:
+				t.Fatalf("draft rule: version %d, want the old term %d renewed", res.Version, a.Version)
+			case !draft && res.Version != held.Now.UnixMicro():
+				t.Fatalf("a new term at version %d, want the floor %d", res.Version, held.Now.UnixMicro())
+			}
+		})
+	}
+}
