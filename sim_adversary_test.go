@@ -138,7 +138,11 @@ func (s *sim) failover(now time.Time) {
 	s.failingOver, s.outageHang = now.Add(down), hang
 	dbNow := s.clock.Now().Add(s.offset)
 	if behind {
-		slack := dbNow.Add(time.Duration(s.rateLo * float64(down))).Sub(later(s.lastWrite, s.migrated))
+		last := later(s.lastWrite, s.migrated)
+		if last.IsZero() { // nothing ran yet
+			last = dbNow
+		}
+		slack := dbNow.Add(time.Duration(s.rateLo * float64(down))).Sub(last)
 		offset = -time.Duration(s.rateLo * float64(s.dur(max(slack, 0)+1)))
 	}
 	if !s.migrated.IsZero() { // the schema's creation is never lost
