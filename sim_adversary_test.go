@@ -20,7 +20,7 @@ func (s *sim) event() {
 		}
 	}()
 	now := time.Now()
-	switch s.rng.IntN(10) {
+	switch s.rng.IntN(12) {
 	case 0: // the database becomes unreachable
 		d, hang := s.dur(3*s.maxLease/2), s.rng.IntN(2) == 0
 		s.mu.Lock()
@@ -85,6 +85,9 @@ func (s *sim) event() {
 			}
 		}
 	case 7: // an operator evicts the holder
+		s.mu.Lock()
+		s.lastWrite = s.clock.Now().Add(s.offset)
+		s.mu.Unlock()
 		ok, err := s.store.Evict(context.Background(), simFlag)
 		s.logf("eviction: %v %v", ok, err)
 		kind = "eviction"
@@ -108,7 +111,53 @@ func (s *sim) event() {
 			s.logf("%s vetoed for %v", p, d)
 			kind = "precheck veto"
 		}
+	case 10: // the database fails over and loses acknowledged writes
+		s.failover(now)
+		kind = "failover losing writes"
+	case 11: // an operator quarantines every flag
+		d := 1 + s.dur(2*s.maxLease)
+		until, err := s.db.Quarantine(context.Background(), d)
+		s.quiet(now.Add(d * 5 / 4)) // a database clock at rate 0.8
+		s.logf("quarantine for %v: until %v, %v", d, until.Sub(s.start), err)
+		kind = "quarantine"
 	}
+}
+
+// failover makes the database lose the writes of up to the last 1.5
+// leases and fail over to a new server after an outage of up to a lease.
+// The new server's clock is ahead by up to five leases, or behind but, at
+// the end of the outage, not behind the database clock at the last
+// statement the old servers ran (assumption C of docs/failover.md; the
+// clock runs at least at rate rateLo meanwhile).
+func (s *sim) failover(now time.Time) {
+	down, hang := s.dur(s.maxLease), s.rng.IntN(2) == 0
+	lose := s.dur(3 * s.maxLease / 2)
+	offset := s.dur(5 * s.maxLease)
+	behind := s.rng.IntN(2) == 0
+	s.mu.Lock()
+	s.failingOver, s.outageHang = now.Add(down), hang
+	dbNow := s.clock.Now().Add(s.offset)
+	if behind {
+		last := later(s.lastWrite, s.migrated)
+		if last.IsZero() { // nothing ran yet
+			last = dbNow
+		}
+		slack := dbNow.Add(time.Duration(s.rateLo * float64(down))).Sub(last)
+		offset = -time.Duration(s.rateLo * float64(s.dur(max(slack, 0)+1)))
+	}
+	if !s.migrated.IsZero() { // the schema's creation is never lost
+		lose = max(min(lose, dbNow.Sub(s.migrated)-1), 0)
+	}
+	s.offset += offset
+	s.mu.Unlock()
+	if err := s.db.Failover(lose, offset); err != nil {
+		panic(err) // lose is within simHistory
+	}
+	// Takeovers wait for the hold: one longest lease of a clock that may
+	// run at rate 0.8, from the new server's first statement, plus the
+	// time a backward clock adds to every expiry.
+	s.quiet(now.Add(down + s.maxLease*5/4 + max(-offset, 0)*5/4))
+	s.logf("failover: writes of the last %v lost, database down for %v (hang %v), new clock offset %v", lose, down, hang, offset)
 }
 
 // quiet records that an effect of the adversary lasts until t.
@@ -154,7 +203,7 @@ func (s *sim) outage(p *proc) (down, hang bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if now.Before(s.outageUntil) {
+	if now.Before(s.outageUntil) || now.Before(s.failingOver) {
 		return true, s.outageHang
 	}
 	if now.Before(p.outageUntil) {
@@ -293,6 +342,13 @@ func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error)
 		s.poke()
 	}
 	return res, err
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // sleepCtx sleeps for d or until ctx is done, and reports how long it
