@@ -34,17 +34,7 @@ const EnvPGBin = "LEADERSHIP_TEST_PG_BIN"
 // startPrivatePostgres initialises and starts a PostgreSQL server of its own.
 func startPrivatePostgres(t *testing.T) *privateServer {
 	t.Helper()
-	bin := os.Getenv(EnvPGBin)
-	if bin == "" {
-		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		sort.Strings(dirs)
-		if len(dirs) > 0 {
-			bin = dirs[len(dirs)-1]
-		}
-	}
-	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
-		testdb.Unavailable(t, "a private PostgreSQL server for the restart scenario", EnvPGBin, "no pg_ctl")
-	}
+	bin := pgBin(t, "a private PostgreSQL server for the restart scenario")
 	dir, cred := testdb.ServerDir(t, "postgres")
 	data, port := filepath.Join(dir, "data"), testdb.FreePort(t)
 	runAs(t, cred, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
@@ -61,6 +51,24 @@ func startPrivatePostgres(t *testing.T) *privateServer {
 		_ = testdb.Command(cred, filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
 	})
 	return s
+}
+
+// pgBin returns the directory of the PostgreSQL server binaries, or skips
+// or fails t (testdb.Unavailable) saying what needed them.
+func pgBin(t *testing.T, what string) string {
+	t.Helper()
+	bin := os.Getenv(EnvPGBin)
+	if bin == "" {
+		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		sort.Strings(dirs)
+		if len(dirs) > 0 {
+			bin = dirs[len(dirs)-1]
+		}
+	}
+	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
+		testdb.Unavailable(t, what, EnvPGBin, "no pg_ctl")
+	}
+	return bin
 }
 
 // startPrivateMariaDB initialises and starts a MariaDB server of its own
