@@ -65,8 +65,9 @@ type cluster struct {
 	workers map[string]*worker
 	killed  map[string]int64 // process -> CLOCK_MONOTONIC just after it died
 	seq     int
-	// wantOverlap inverts the check, for the test of the harness itself.
-	wantOverlap bool
+	// wantOverlap and wantSharedToken invert the checks, for the test of
+	// the harness itself.
+	wantOverlap, wantSharedToken bool
 	// wantViolation inverts the check for a mutant run: at least one
 	// overlap or one token shared by two processes must be found.
 	wantViolation bool
@@ -362,18 +363,24 @@ func (c *cluster) finish() {
 		}
 		overlaps, shared = nil, nil
 	}
+	if c.wantOverlap {
+		if len(overlaps) == 0 {
+			c.t.Errorf("the checker found no overlap where two processes led at once")
+		}
+		overlaps = nil
+	}
+	if c.wantSharedToken {
+		if len(shared) == 0 {
+			c.t.Errorf("the checker found no token shared where two processes led with version 1")
+		}
+		shared = nil
+	}
 	for i, s := range shared {
 		if i == 10 {
 			c.t.Errorf("… %d shared tokens in all", len(shared))
 			break
 		}
 		c.t.Errorf("SAFETY VIOLATION: %v", s)
-	}
-	if c.wantOverlap {
-		if len(overlaps) == 0 {
-			c.t.Errorf("the checker found no overlap where two processes led at once")
-		}
-		overlaps = nil
 	}
 	for i, o := range overlaps {
 		if i == 10 {
