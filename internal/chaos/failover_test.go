@@ -79,23 +79,27 @@ func TestFailoverUnguardedMutantGivesTwoLeadersOrOneTokenTwice(t *testing.T) {
 // proxy of their own.
 type routed struct {
 	*cluster
-	upstream string            // where new proxies lead
-	proxies  map[string]*proxy // by worker
+	dsnAt    func(addr string) string // the DSN of the database at addr
+	upstream string                   // where new proxies lead
+	proxies  map[string]*proxy        // by worker
 }
 
-func newRouted(t *testing.T, upstream string, mutant bool) *routed {
-	c := newCluster(t, pgDSN(upstream))
+// newRouted migrates the database at upstream and returns a cluster on
+// it; mutant runs the unguarded mutant, and then the check requires a
+// violation instead of forbidding them.
+func newRouted(t *testing.T, dsnAt func(string) string, upstream string, mutant bool) *routed {
+	c := newCluster(t, dsnAt(upstream))
 	if mutant {
 		c.workerArgs = []string{"-unguarded"}
 		c.wantViolation = true
 	}
-	return &routed{cluster: c, upstream: upstream, proxies: map[string]*proxy{}}
+	return &routed{cluster: c, dsnAt: dsnAt, upstream: upstream, proxies: map[string]*proxy{}}
 }
 
 // startWorker starts a worker behind a new proxy to the upstream.
 func (r *routed) startWorker() string {
 	px := newProxy(r.t, r.upstream)
-	id := r.start(pgDSN(px.addr()), 0)
+	id := r.start(r.dsnAt(px.addr()), 0)
 	r.proxies[id] = px
 	return id
 }
@@ -182,7 +186,7 @@ func scenarioPromotion(t *testing.T, mutant bool) {
 	primary := newPrimary(t, settings...)
 	repl := newProxy(t, primary.addr())
 	standby := newStandby(t, repl.addr(), settings...)
-	r := newRouted(t, primary.addr(), mutant)
+	r := newRouted(t, pgDSN, primary.addr(), mutant)
 	for range 3 {
 		r.startWorker()
 	}
@@ -236,12 +240,17 @@ var asyncCommitSettings = []string{"synchronous_commit=off", "wal_writer_delay=1
 // the takeover.
 func scenarioLostCommits(t *testing.T, mutant bool) {
 	server := newPrimary(t, asyncCommitSettings...)
-	r := newRouted(t, server.addr(), mutant)
+	lostCommitRounds(t, newRouted(t, pgDSN, server.addr(), mutant), server, server.flushWAL)
+}
+
+// lostCommitRounds runs the rounds of scenarioLostCommits on server, whose
+// workers r starts, after flush has made the first term durable.
+func lostCommitRounds(t *testing.T, r *routed, server crashable, flush func()) {
 	for range 3 {
 		r.startWorker()
 	}
 	r.token(r.leader())
-	server.flushWAL()
+	flush()
 	want := failovers(t)
 	var waits []time.Duration
 	lossy := 0
@@ -261,12 +270,20 @@ func scenarioLostCommits(t *testing.T, mutant bool) {
 	t.Logf("%d crashes, %d of them losing the takeover; new leader after the restart: %s", len(waits), lossy, summarize(waits))
 }
 
+// crashable is a private server a scenario crashes and restarts.
+type crashable interface {
+	crash()                    // kill it, losing what it has not written
+	start()                    // start it and wait until it answers
+	addr() string              // where it listens
+	version(name string) int64 // the version of the flag's row, 0 if none
+}
+
 // crashAndRestart cuts every worker off, crashes and restarts server,
 // reports whether it lost the term token of leader, reconnects every
 // worker but leader, waits for a new leader (failoverBound) and returns
 // how long after the reconnection it raised, and reconnects leader once
 // its trust window is over.
-func (r *routed) crashAndRestart(server *pgNode, leader string, token int64, round int) (lost bool, took time.Duration) {
+func (r *routed) crashAndRestart(server crashable, leader string, token int64, round int) (lost bool, waited time.Duration) {
 	r.t.Helper()
 	for id := range r.proxies {
 		r.route(id, r.upstream, false)
@@ -296,7 +313,7 @@ func (r *routed) crashAndRestart(server *pgNode, leader string, token int64, rou
 func scenarioFreshSchemaLost(t *testing.T, mutant bool) {
 	for attempt := range 3 {
 		server := newPrimary(t, asyncCommitSettings...)
-		r := newRouted(t, server.addr(), mutant)
+		r := newRouted(t, pgDSN, server.addr(), mutant)
 		server.flushWAL()
 		for range 3 {
 			r.startWorker()
