@@ -14,8 +14,19 @@ import (
 // loses it. It runs the mysql store: it passes only once that store has
 // the failover guard (docs/failover.md).
 func TestFailoverMariaDBCrashLosingCommitsNeverGivesTwoLeadersOrOneTokenTwice(t *testing.T) {
+	scenarioMariaDBLostCommits(t, false)
+}
+
+// TestFailoverMariaDBUnguardedMutantGivesTwoLeadersOrOneTokenTwice runs
+// the same with the unguarded mutant of the mysql store (worker
+// -unguarded): it must find a violation.
+func TestFailoverMariaDBUnguardedMutantGivesTwoLeadersOrOneTokenTwice(t *testing.T) {
+	scenarioMariaDBLostCommits(t, true)
+}
+
+func scenarioMariaDBLostCommits(t *testing.T, mutant bool) {
 	server := newMariaNode(t, "--innodb-flush-log-at-trx-commit=0", "--innodb-flush-log-at-timeout=10")
-	lostCommitRounds(t, newRouted(t, mariaDSN, server.addr(), false), server, server.flushLog)
+	lostCommitRounds(t, newRouted(t, mariaDSN, server.addr(), mutant), server, server.flushLog)
 }
 
 // mariaNode is a private MariaDB server (startPrivateMariaDB) as a

@@ -20,9 +20,9 @@
 //
 //	worker -dsn sqlite:/tmp/f.db -name test-flag [-lease 1s] [-poll 250ms] [-unguarded]
 //
-// -unguarded (postgres DSNs only) runs the UNGUARDED MUTANT: the flag uses
-// a test-only store whose acquire statement is the one from before the
-// failover guard (see unguarded.go), so that the failover scenarios can
+// -unguarded (postgres and mysql DSNs) runs the UNGUARDED MUTANT: the flag
+// uses a test-only store whose acquire statement is the one from before
+// the failover guard (see unguarded.go and unguarded_mysql.go), so that the failover scenarios can
 // show they catch what the guard prevents.
 package main
 
@@ -49,7 +49,7 @@ func main() {
 	sample := flag.Duration("sample", time.Millisecond, "interval between Raised() samples")
 	buildFor := flag.Duration("build-timeout", 30*time.Second, "how long to retry Build while the database does not answer")
 	verbose := flag.Bool("v", false, "log the flag's transitions to stderr")
-	unguarded := flag.Bool("unguarded", false, "use the unguarded mutant store (postgres only; a test of the tests)")
+	unguarded := flag.Bool("unguarded", false, "use the unguarded mutant store (postgres, mysql; a test of the tests)")
 	flag.Parse()
 	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose, *unguarded); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)

@@ -53,12 +53,16 @@ type unguardedStore struct {
 	pool *pgxpool.Pool
 }
 
-// openUnguarded opens the unguarded mutant on a postgres:// DSN, and
+// openUnguarded opens the unguarded mutant on a postgres:// DSN (or a
+// mysql:// one: unguarded_mysql.go), and
 // returns what closes its pool. The schema must exist (the tests migrate
 // it with the real store).
 func openUnguarded(ctx context.Context, dsn string) (leadership.Store, func(), error) {
+	if strings.HasPrefix(dsn, "mysql://") {
+		return openUnguardedMySQL(dsn)
+	}
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return nil, nil, fmt.Errorf("-unguarded needs a postgres:// DSN")
+		return nil, nil, fmt.Errorf("-unguarded needs a postgres:// or mysql:// DSN")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
