@@ -134,12 +134,13 @@ func scenarioTerm(t *testing.T, c *cluster) {
 // TestChaosHarnessDetectsTwoLeaders shows the whole chain (workers, their
 // reports, the checker) catches two leaders: two workers on different
 // SQLite files both raise the same flag name, and the checker must report
-// their runs as overlapping.
+// their runs as overlapping and their token (version 1 of each file) as
+// shared.
 func TestChaosHarnessDetectsTwoLeaders(t *testing.T) {
 	other := "sqlite:" + filepath.Join(t.TempDir(), "other.db")
 	migrate(t, other)
 	c := newCluster(t, "sqlite:"+filepath.Join(t.TempDir(), "flags.db"))
-	c.wantOverlap = true
+	c.wantOverlap, c.wantSharedToken = true, true
 	first := c.start("", 0)
 	c.leader()
 	c.start(other, 0)

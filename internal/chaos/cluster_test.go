@@ -65,8 +65,14 @@ type cluster struct {
 	workers map[string]*worker
 	killed  map[string]int64 // process -> CLOCK_MONOTONIC just after it died
 	seq     int
-	// wantOverlap inverts the check, for the test of the harness itself.
-	wantOverlap bool
+	// wantOverlap and wantSharedToken invert the checks, for the test of
+	// the harness itself.
+	wantOverlap, wantSharedToken bool
+	// wantViolation inverts the check for a mutant run: at least one
+	// overlap or one token shared by two processes must be found.
+	wantViolation bool
+	// workerArgs are added to every worker's command line.
+	workerArgs []string
 	// failovers are the takeovers forced by faults: how long after each
 	// fault the next leader raised, by fault. Printed at the end.
 	failovers map[string][]time.Duration
@@ -148,6 +154,7 @@ func (c *cluster) start(dsn string, offset int64, prefix ...string) string {
 	id := fmt.Sprintf("w%d", c.seq)
 	c.mu.Unlock()
 	args := append(prefix, workerBin, "-dsn", dsn, "-name", c.name, "-lease", lease.String(), "-poll", poll.String())
+	args = append(args, c.workerArgs...)
 	w := &worker{id: id, offset: offset, done: make(chan struct{})}
 	w.cmd = exec.Command(args[0], args[1:]...)
 	w.cmd.Stdout = &lockedWriter{mu: &w.mu, w: &w.out}
@@ -321,7 +328,7 @@ func (c *cluster) record(fault string, d time.Duration) {
 }
 
 // finish stops the workers, checks the reports of all of them for
-// overlaps and prints the figures.
+// overlaps and for tokens shared by two processes, and prints the figures.
 func (c *cluster) finish() {
 	c.mu.Lock()
 	ws := c.workers
@@ -338,12 +345,42 @@ func (c *cluster) finish() {
 		raises += len(rep.Intervals)
 	}
 	overlaps := Overlaps(Spans(reports, c.killed))
-	found := len(overlaps)
+	shared := SharedTokens(reports)
+	found, foundShared := len(overlaps), len(shared)
+	if c.wantViolation {
+		if found+foundShared == 0 {
+			c.t.Errorf("the mutant run found neither an overlap nor a shared token: the scenario has no teeth")
+		}
+		for i, o := range overlaps {
+			if i < 3 {
+				c.t.Logf("violation found, as the mutant must: %v", o)
+			}
+		}
+		for i, s := range shared {
+			if i < 3 {
+				c.t.Logf("violation found, as the mutant must: %v", s)
+			}
+		}
+		overlaps, shared = nil, nil
+	}
 	if c.wantOverlap {
 		if len(overlaps) == 0 {
 			c.t.Errorf("the checker found no overlap where two processes led at once")
 		}
 		overlaps = nil
+	}
+	if c.wantSharedToken {
+		if len(shared) == 0 {
+			c.t.Errorf("the checker found no token shared where two processes led with version 1")
+		}
+		shared = nil
+	}
+	for i, s := range shared {
+		if i == 10 {
+			c.t.Errorf("… %d shared tokens in all", len(shared))
+			break
+		}
+		c.t.Errorf("SAFETY VIOLATION: %v", s)
 	}
 	for i, o := range overlaps {
 		if i == 10 {
@@ -358,7 +395,7 @@ func (c *cluster) finish() {
 		takeovers += len(ds)
 		faults = append(faults, f)
 	}
-	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps", c.t.Name(), len(ws), raises, takeovers, found)
+	c.t.Logf("%s: %d processes, %d raises, %d takeovers forced, %d overlaps, %d shared tokens", c.t.Name(), len(ws), raises, takeovers, found, foundShared)
 	sort.Strings(faults)
 	for _, f := range faults {
 		c.t.Logf("  new leader after %s: %s", f, summarize(c.failovers[f]))

@@ -42,6 +42,9 @@ type Interval struct {
 	Start      int64
 	LastTrue   int64
 	FirstFalse int64
+	// Tokens are the fencing tokens (Flag.Token) the process
+	// read during the run, in the order it first read each.
+	Tokens []int64
 }
 
 // Open reports whether the process had not seen the flag lowered when its
@@ -77,10 +80,13 @@ type Report struct {
 //
 //	ready
 //	raise START LASTTRUE
+//	token TOKEN
 //	lower START LASTTRUE FIRSTFALSE
 //
 // "raise" is written when a run of true observations begins, "lower" when
 // it ends; a report cut short by SIGKILL ends with an open "raise".
+// "token" belongs to the open run: the fencing token the process read
+// while raised, written after the raise and again whenever it changes.
 
 // ParseReport reads a worker's report. process names the intervals. A
 // final line without its newline (a write cut by SIGKILL) is ignored.
@@ -129,6 +135,14 @@ func (rep *Report) apply(process, line string) error {
 			return fmt.Errorf("interval starts before the previous one ended")
 		}
 		rep.Intervals = append(rep.Intervals, Interval{Process: process, Start: nums[0], LastTrue: nums[1]})
+	case f[0] == "token" && len(nums) == 1:
+		if !open {
+			return fmt.Errorf("token without an open interval")
+		}
+		iv := &rep.Intervals[len(rep.Intervals)-1]
+		if !slices.Contains(iv.Tokens, nums[0]) {
+			iv.Tokens = append(iv.Tokens, nums[0])
+		}
 	case f[0] == "lower" && len(nums) == 3:
 		if !open {
 			return fmt.Errorf("lower without an open interval")
@@ -196,5 +210,44 @@ func Overlaps(spans []Span) []Overlap {
 			}
 		}
 	}
+	return out
+}
+
+// SharedToken is a fencing token that two or more processes read while
+// raised: one token for two terms (each worker process is one holder, so
+// its terms never share a token with another process's).
+type SharedToken struct {
+	Token     int64
+	Processes []string // sorted
+}
+
+func (s SharedToken) String() string {
+	return fmt.Sprintf("token %d raised by %d processes: %s", s.Token, len(s.Processes), strings.Join(s.Processes, ", "))
+}
+
+// SharedTokens returns every token that more than one process reported
+// while raised, by increasing token. A process that reads one token in
+// several runs (a term it kept) does not count twice.
+func SharedTokens(reports map[string]Report) []SharedToken {
+	by := map[int64][]string{}
+	for p, rep := range reports {
+		seen := map[int64]bool{}
+		for _, iv := range rep.Intervals {
+			for _, tok := range iv.Tokens {
+				if !seen[tok] {
+					seen[tok] = true
+					by[tok] = append(by[tok], p)
+				}
+			}
+		}
+	}
+	var out []SharedToken
+	for tok, ps := range by {
+		if len(ps) > 1 {
+			slices.Sort(ps)
+			out = append(out, SharedToken{Token: tok, Processes: ps})
+		}
+	}
+	slices.SortFunc(out, func(a, b SharedToken) int { return cmp.Compare(a.Token, b.Token) })
 	return out
 }

@@ -81,10 +81,41 @@ func TestParseReportRejectsMalformed(t *testing.T) {
 		"raise 1\n", "raise 2 1\n", "lower 1 2 3\n", "raise 1 2\nraise 3 4\n",
 		"raise 1 2\nlower 9 2 3\n", "raise 1 5\nlower 1 4 6\n", "raise 1 2\nlower 1 2 3\nraise 2 3\n",
 		"raise -1 2\n", "bogus\n", "\n", "ready 1\n",
+		"token 5\n", "raise 1 2\nlower 1 2 3\ntoken 5\n", "raise 1 2\ntoken 0\n", "raise 1 2\ntoken 5 6\n",
 	} {
 		if _, err := ParseReport("x", strings.NewReader(text)); err == nil {
 			t.Errorf("ParseReport(%q) = nil error", text)
 		}
+	}
+}
+
+func TestSharedTokensFindsOneTokenReadByTwoProcesses(t *testing.T) {
+	a := mustParse(t, "a", "ready\nraise 100 110\ntoken 7\nlower 100 200 201\nraise 300 301\ntoken 7\ntoken 9\n")
+	b := mustParse(t, "b", "ready\nraise 400 401\ntoken 9\nlower 400 500 501\n")
+	c := mustParse(t, "c", "ready\nraise 600 601\ntoken 10\n")
+	got := SharedTokens(map[string]Report{"a": a, "b": b, "c": c})
+	if len(got) != 1 || got[0].Token != 9 || strings.Join(got[0].Processes, ",") != "a,b" {
+		t.Fatalf("SharedTokens = %v, want token 9 of a and b", got)
+	}
+	if !strings.Contains(got[0].String(), "token 9") {
+		t.Errorf("String() = %q", got[0].String())
+	}
+}
+
+func TestSharedTokensAcceptsOneProcessKeepingItsToken(t *testing.T) {
+	// a reads token 7 in two runs (its term outlived a lowering), b gets
+	// the next one: no token for two terms.
+	a := mustParse(t, "a", "raise 100 110\ntoken 7\nlower 100 200 201\nraise 300 301\ntoken 7\nlower 300 310 311\n")
+	b := mustParse(t, "b", "raise 400 401\ntoken 8\n")
+	if got := SharedTokens(map[string]Report{"a": a, "b": b}); len(got) != 0 {
+		t.Fatalf("SharedTokens = %v, want none", got)
+	}
+}
+
+func TestParseReportKeepsTokensOfTheOpenRun(t *testing.T) {
+	rep := mustParse(t, "a", "raise 100 110\ntoken 5\ntoken 5\ntoken 6\nlower 100 200 201\n")
+	if got := rep.Intervals[0].Tokens; len(got) != 2 || got[0] != 5 || got[1] != 6 {
+		t.Fatalf("Tokens = %v, want [5 6]", got)
 	}
 }
 

@@ -34,17 +34,7 @@ const EnvPGBin = "LEADERSHIP_TEST_PG_BIN"
 // startPrivatePostgres initialises and starts a PostgreSQL server of its own.
 func startPrivatePostgres(t *testing.T) *privateServer {
 	t.Helper()
-	bin := os.Getenv(EnvPGBin)
-	if bin == "" {
-		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		sort.Strings(dirs)
-		if len(dirs) > 0 {
-			bin = dirs[len(dirs)-1]
-		}
-	}
-	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
-		testdb.Unavailable(t, "a private PostgreSQL server for the restart scenario", EnvPGBin, "no pg_ctl")
-	}
+	bin := pgBin(t, "a private PostgreSQL server for the restart scenario")
 	dir, cred := testdb.ServerDir(t, "postgres")
 	data, port := filepath.Join(dir, "data"), testdb.FreePort(t)
 	runAs(t, cred, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
@@ -63,10 +53,29 @@ func startPrivatePostgres(t *testing.T) *privateServer {
 	return s
 }
 
+// pgBin returns the directory of the PostgreSQL server binaries, or skips
+// or fails t (testdb.Unavailable) saying what needed them.
+func pgBin(t *testing.T, what string) string {
+	t.Helper()
+	bin := os.Getenv(EnvPGBin)
+	if bin == "" {
+		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		sort.Strings(dirs)
+		if len(dirs) > 0 {
+			bin = dirs[len(dirs)-1]
+		}
+	}
+	if _, err := os.Stat(filepath.Join(bin, "pg_ctl")); err != nil {
+		testdb.Unavailable(t, what, EnvPGBin, "no pg_ctl")
+	}
+	return bin
+}
+
 // startPrivateMariaDB initialises and starts a MariaDB server of its own
 // (mariadb-install-db, mariadbd), without grant tables: any user may log
-// in, which is all a throwaway server needs.
-func startPrivateMariaDB(t *testing.T) *privateServer {
+// in, which is all a throwaway server needs. args are added to mariadbd's
+// options.
+func startPrivateMariaDB(t *testing.T, args ...string) *privateServer {
 	t.Helper()
 	installDB, err := exec.LookPath("mariadb-install-db")
 	mariadbd := "/usr/sbin/mariadbd"
@@ -75,18 +84,19 @@ func startPrivateMariaDB(t *testing.T) *privateServer {
 	}
 	dir, cred := testdb.ServerDir(t, "mysql")
 	data, port := filepath.Join(dir, "data"), testdb.FreePort(t)
-	args := []string{"--no-defaults", "--datadir=" + data}
+	install := []string{"--no-defaults", "--datadir=" + data}
 	if cred != nil {
-		args = append(args, "--user=mysql")
+		install = append(install, "--user=mysql")
 	}
-	runAs(t, nil, installDB, append(args, "--auth-root-authentication-method=normal", "--skip-test-db")...)
+	runAs(t, nil, installDB, append(install, "--auth-root-authentication-method=normal", "--skip-test-db")...)
 	var proc *exec.Cmd
 	var exited chan struct{}
 	s := &privateServer{dsn: fmt.Sprintf("mysql://root@127.0.0.1:%d/leadership", port)}
 	s.run = func() {
-		proc = testdb.Command(cred, mariadbd, "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
-			"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin",
-			"--innodb-buffer-pool-size=16M", "--log-error="+filepath.Join(dir, "err.log"))
+		opts := append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, "sock"),
+			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin",
+			"--innodb-buffer-pool-size=16M", "--log-error=" + filepath.Join(dir, "err.log")}, args...)
+		proc = testdb.Command(cred, mariadbd, opts...)
 		if err := proc.Start(); err != nil {
 			t.Fatalf("start mariadbd: %v", err)
 		}

@@ -6,6 +6,7 @@
 //
 //	ready                               the flag is built
 //	raise START LASTTRUE                a run of true observations began
+//	token TOKEN                         the fencing token read in that run
 //	lower START LASTTRUE FIRSTFALSE     it ended
 //
 // START is read just before the first call that returned true, LASTTRUE
@@ -13,9 +14,16 @@
 // (on SIGTERM: read when the worker stops sampling to call Close, which
 // lowers the flag before it releases the row). Each line is written with one
 // write(2) as it happens, so a SIGKILLed worker loses at most the end of
-// its open run. Errors go to stderr.
+// its open run. While raised it also reads Token() at each sample and
+// writes a token line after the raise and whenever the token changes.
+// Errors go to stderr.
 //
-//	worker -dsn sqlite:/tmp/f.db -name test-flag [-lease 1s] [-poll 250ms]
+//	worker -dsn sqlite:/tmp/f.db -name test-flag [-lease 1s] [-poll 250ms] [-unguarded]
+//
+// -unguarded (postgres and mysql DSNs) runs the UNGUARDED MUTANT: the flag
+// uses a test-only store whose acquire statement is the one from before
+// the failover guard (see unguarded.go and unguarded_mysql.go), so that the failover scenarios can
+// show they catch what the guard prevents.
 package main
 
 import (
@@ -41,8 +49,9 @@ func main() {
 	sample := flag.Duration("sample", time.Millisecond, "interval between Raised() samples")
 	buildFor := flag.Duration("build-timeout", 30*time.Second, "how long to retry Build while the database does not answer")
 	verbose := flag.Bool("v", false, "log the flag's transitions to stderr")
+	unguarded := flag.Bool("unguarded", false, "use the unguarded mutant store (postgres, mysql; a test of the tests)")
 	flag.Parse()
-	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose); err != nil {
+	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose, *unguarded); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
@@ -56,25 +65,37 @@ func emit(format string, args ...any) {
 	}
 }
 
-func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose bool) error {
+func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose, unguarded bool) error {
 	if name == "" {
 		return fmt.Errorf("-name is mandatory")
 	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	ctx := context.Background()
-	o, err := storeopen.Open(ctx, dsn)
-	if err != nil {
-		return err
+	var store leadership.Store
+	if unguarded {
+		s, closeStore, err := openUnguarded(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		store = s
+	} else {
+		o, err := storeopen.Open(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer o.Close()
+		store = o.Store
 	}
-	defer o.Close()
 	logger := slog.New(slog.DiscardHandler)
 	if verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	b := leadership.NewFlag().Store(o.Store).Name(name).Lease(lease).PollInterval(poll).
+	b := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll).
 		Timeout(lease / 5).Migrate(false).Logger(logger)
 	var f *leadership.Flag
+	var err error
 	for deadline := time.Now().Add(buildFor); ; {
 		if f, err = b.Build(ctx); err == nil {
 			break
@@ -87,6 +108,7 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 	emit("ready")
 
 	var start, lastTrue int64 // start == 0: no open run
+	var token int64           // the last token written in the open run
 	tick := time.NewTicker(sample)
 	defer tick.Stop()
 	for {
@@ -111,13 +133,19 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 		t1 := chaos.Mono()
 		switch {
 		case up && start == 0:
-			start, lastTrue = t0, t1
+			start, lastTrue, token = t0, t1, 0
 			emit("raise %d %d", start, lastTrue)
 		case up:
 			lastTrue = t1
 		case start != 0:
 			emit("lower %d %d %d", start, lastTrue, t1)
 			start = 0
+		}
+		// Token is false once the term has ended since Raised: nothing
+		// to report then, the next sample lowers.
+		if tok, ok := f.Token(); up && ok && tok != token {
+			token = tok
+			emit("token %d", token)
 		}
 	}
 }
