@@ -14,6 +14,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/postgres"
+	"github.com/dbflag/leadership/storetest"
 )
 
 // newIncarnation empties the unlogged incarnation table of the pool's
@@ -188,4 +189,16 @@ func TestReadOnlyConnectionIsDroppedAndTheFlagRecovers(t *testing.T) {
 	if !res.Acquired || dialed.Load() != 2 {
 		t.Fatalf("attempt after the read-only connection = %+v after %d dials, want acquired on a new connection", res, dialed.Load())
 	}
+}
+
+// TestGuardConformance runs the failover guard's suite, each case on a
+// schema of its own; a new incarnation is an emptied incarnation table.
+func TestGuardConformance(t *testing.T) {
+	t.Parallel()
+	base := testdb.Postgres(t)
+	storetest.RunGuard(t, func(t testing.TB) (storetest.Open, func(testing.TB)) {
+		dsn := schemaDSN(t, base)
+		open := func(t testing.TB) leadership.Store { return newStore(t, newPool(t, dsn)) }
+		return open, func(t testing.TB) { newIncarnation(t, newPool(t, dsn)) }
+	})
 }
