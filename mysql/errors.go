@@ -82,3 +82,11 @@ func describe(what string, err error) error {
 // procedure of schema version 2, which did not commit its upsert in a
 // session without autocommit.
 var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
+
+// errNoGuardRecord is returned by Acquire when leadership_guard has no
+// record (migration 0006 inserts it).
+var errNoGuardRecord = errors.New("the table leadership_guard has no record: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
+
+// errUnguardedProcedure is returned by Acquire when the database has the
+// procedure of schema version 4, which has no failover guard.
+var errUnguardedProcedure = errors.New("the procedure leadership_acquire is older than schema version 9 and has no failover guard: apply the migrations (Build does unless Migrate(false); or leadership migrate)")

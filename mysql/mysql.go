@@ -119,8 +119,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
-	upsert  *sql.Stmt // statement mode: the upsert and the read of the row,
-	readRow *sql.Stmt // prepared at their first use
+	stmts   prepared  // statement mode: prepared at their first use
 }
 
 var (
