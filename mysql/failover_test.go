@@ -161,6 +161,7 @@ func TestFlagRecoversWhenTheServerIsWritableAgain(t *testing.T) {
 			if _, err := srv.Root.Exec(`SET GLOBAL read_only = 1`); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _, _ = srv.Root.Exec(`SET GLOBAL read_only = 0`) })
 			waitFor("the flag lowers on a read-only server", func() bool { return !flag.Raised() })
 			_, err = s.Acquire(ctx, leadership.Request{Name: "f", Holder: "other", Lease: time.Second})
 			if err == nil || !strings.Contains(err.Error(), "Error 1290") || !strings.Contains(err.Error(), "rejectReadOnly=true") {
