@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/mysql"
 )
 
@@ -278,4 +279,24 @@ func TestQuarantineHoldsNewTermsAndNeverShortens(t *testing.T) {
 			t.Fatalf("first acquisition after the quarantine = %+v, want version 1", res)
 		}
 	})
+}
+
+// TestRefusesUnguardedProcedure checks that Acquire does not trust the
+// procedure of schema version 4, which has no failover guard.
+func TestRefusesUnguardedProcedure(t *testing.T) {
+	t.Parallel()
+	s, db, _ := guarded(t)
+	old, err := migrations.FS.ReadFile("mysql/0004_create_committing_acquire.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP PROCEDURE leadership_acquire`, string(old)} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.Acquire(context.Background(), leadership.Request{Name: "f", Holder: "a", Lease: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "older than schema version 9") || !strings.Contains(err.Error(), "apply the migrations") {
+		t.Fatalf("Acquire through the procedure of schema 4 = %v, want an error naming the migrations", err)
+	}
 }
