@@ -167,3 +167,6 @@ func FreePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// Port is the server's TCP port on 127.0.0.1.
+func (m *MariaDB) Port() int { return m.port }
