@@ -46,7 +46,19 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	}
 	dir, cred := ServerDir(t, "mysql")
 	data, port := filepath.Join(dir, "data"), FreePort(t)
-	install := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+	// A temporary directory of the server's own: in the shared /tmp,
+	// concurrent bootstraps were seen to fail on each other's temporary
+	// tables ("Error on delete of '/tmp/#sql-temptable-…'").
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db"}
 	if cred != nil {
 		install = append(install, "--user=mysql")
 	}
@@ -62,7 +74,7 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	m := &MariaDB{Root: root, port: port, kill: func() {}}
 	m.start = func(t testing.TB) {
 		t.Helper()
-		cmd := Command(cred, mariadbd, append([]string{"--no-defaults", "--datadir=" + data,
+		cmd := Command(cred, mariadbd, append([]string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp,
 			"--socket=" + filepath.Join(dir, "sock"), "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
 			"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--log-error=" + filepath.Join(dir, "err.log")}, args...)...)
 		if err := cmd.Start(); err != nil {
