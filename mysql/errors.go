@@ -4,6 +4,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -30,7 +31,34 @@ const (
 	errStatementTimeout             = 1969 // MariaDB max_statement_time
 	errServerShutdown               = 1053
 	errConnectionKilled             = 1927 // MariaDB: connection was killed
+
+	// A server that refuses writes: a replica or a demoted primary.
+	errOptionPreventsStatement = 1290 // --read-only, super_read_only (and other options: see readOnly)
+	errReadOnlyTransaction     = 1792 // a read-only transaction (also MySQL's transaction_read_only)
+	errReadOnlyMode            = 1836 // MySQL: running in read-only mode
 )
+
+// readOnlyHint is the fix for a server that refuses writes.
+const readOnlyHint = "the server refuses writes (read-only: a replica, or a primary demoted by a failover): connect to the primary; " +
+	"with rejectReadOnly=true in the go-sql-driver DSN the driver drops such a connection, so the pool reconnects " +
+	"(through the failover's address) and the flag recovers at its next attempt"
+
+// readOnly reports whether err is a refusal to write by a read-only server.
+// 1290 also reports other options (--skip-grant-tables,
+// --secure-file-priv): only those naming read-only count.
+func readOnly(err error) bool {
+	var e *mysql.MySQLError
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Number {
+	case errReadOnlyTransaction, errReadOnlyMode:
+		return true
+	case errOptionPreventsStatement:
+		return strings.Contains(strings.ReplaceAll(strings.ToLower(e.Message), "_", "-"), "read-only")
+	}
+	return false
+}
 
 // number returns the MySQL error number of err, or 0 when it has none.
 func number(err error) uint16 {
@@ -58,6 +86,8 @@ func transient(err error) bool {
 // fix it. It never shows the DSN.
 func describe(what string, err error) error {
 	switch n := number(err); {
+	case readOnly(err):
+		return fmt.Errorf("mysql: %s: %s: %w", what, readOnlyHint, err)
 	case n == errProcAccessDenied:
 		return fmt.Errorf("mysql: %s: permission denied: grant the user EXECUTE on leadership_acquire (or on the database), %s, where SELECT, INSERT, UPDATE on leadership_flags suffice: %w", what, statementModeHint, err)
 	case n == errTableAccessDenied || n == errDBAccessDenied:
@@ -82,3 +112,11 @@ func describe(what string, err error) error {
 // procedure of schema version 2, which did not commit its upsert in a
 // session without autocommit.
 var errUncommittingProcedure = errors.New("the procedure leadership_acquire is older than schema version 4 and does not commit in sessions without autocommit: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
+
+// errNoGuardRecord is returned by Acquire when leadership_guard has no
+// record (migration 0006 inserts it).
+var errNoGuardRecord = errors.New("the table leadership_guard has no record: apply the migrations (Build does unless Migrate(false); or leadership migrate)")
+
+// errUnguardedProcedure is returned by Acquire when the database has the
+// procedure of schema version 4, which has no failover guard.
+var errUnguardedProcedure = errors.New("the procedure leadership_acquire is older than schema version 9 and has no failover guard: apply the migrations (Build does unless Migrate(false); or leadership migrate)")

@@ -108,7 +108,7 @@ WHERE routine_schema = DATABASE() AND routine_name = 'leadership_acquire'`).Scan
 
 // routineMigration is the migration that creates the procedure Acquire
 // calls in routine mode, the newest one.
-const routineMigration = "mysql/0004_create_committing_acquire.up.sql"
+const routineMigration = "mysql/0009_create_guarded_acquire.up.sql"
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
 

@@ -59,9 +59,9 @@
 // Some MySQL-compatible services have no stored routines (PlanetScale,
 // TiDB, sharded Vitess keyspaces), and some servers refuse to create one
 // for the application's user. With [WithoutRoutines] the store sends the
-// procedure's upsert as a plain statement, in a transaction of its own
-// with the read of its outcome (START TRANSACTION, upsert, SELECT of
-// LAST_INSERT_ID() and the row, COMMIT): four round trips per attempt
+// procedure's work as plain statements, in a transaction of its own
+// (START TRANSACTION, the read of the failover guard, the upsert, a SELECT
+// of LAST_INSERT_ID() and the row, COMMIT): five round trips per attempt
 // instead of one, the same outcome, committed before the reply is
 // trusted whatever the session's autocommit. [Store.Migrate] then creates
 // no routine: it applies the same migration versions, with those that
@@ -72,25 +72,93 @@
 // DSN, and a batch that fails half-way leaves its transaction open; the
 // store does not depend on either.
 //
+// # Failover guard
+//
+// Acquire implements the guard of docs/failover.md in both modes, with the
+// same rules: a database that loses acknowledged commits
+// (a crash with innodb_flush_log_at_trx_commit ≠ 1, a
+// failover to an asynchronous replica) never lets two processes trust a
+// term at once, nor gives one token to two terms, under the assumptions
+// written there. [Store.Quarantine] holds new terms by hand.
+//
+// The incarnation is @@server_id and a UUID() kept in the MEMORY table
+// leadership_incarnation, keyed by @@server_id. A server empties its
+// MEMORY tables whenever it starts, after a crash as after a clean
+// shutdown, so the first acquire statement after a start finds no row for
+// its server_id and inserts a new identifier; a promoted replica looks for
+// its own server_id, which replication requires to differ from its
+// source's, so the rows it received from its source (MEMORY rows
+// replicate like others) are never its own. Reading it costs one primary
+// key lookup in a MEMORY table per attempt; an unprivileged user can, with
+// SELECT and INSERT on the table. Tested on MariaDB: a SIGKILL and restart
+// of a server with innodb_flush_log_at_trx_commit=0 gives a new
+// incarnation. Rejected: @@server_uuid (MySQL only, and it survives a
+// crash), the start time from Uptime (whole seconds, read at two instants:
+// it would flap), GTID positions (they do not change when nothing was
+// replicated).
+//
+// Limits, beyond docs/failover.md's:
+//
+//   - Every restart, clean ones included, is a new incarnation: new terms
+//     wait one longest lease after it (live holders renew at once), and
+//     the version floor jumps to the clock in microseconds.
+//   - A server demoted to a replica and promoted again without a restart
+//     keeps its incarnation. If none of the commits of the primary it
+//     replicated from in between reached it (a switchover A→B followed,
+//     before any of B's binary log reached A, by a failover back to A),
+//     the guard does not see them lost: restart a demoted primary before
+//     it may be promoted again, or run `leadership quarantine` in the
+//     promotion hook.
+//   - Servers of one topology with equal server_ids (replication refuses
+//     them) and engines that ignore ENGINE=MEMORY (TiDB keeps the table:
+//     its commits are not lost either) are not covered.
+//   - Galera and other multi-primary clusters: each node has its own
+//     incarnation, so acquire statements served by different nodes take
+//     each other's for a new one and hold new terms for a lease at each
+//     switch; send a flag's statements to one node (as Galera's usual
+//     single-writer setup does) or expect takeovers to wait.
+//
+// Cost while nothing fails: the procedure reads the MEMORY row and the
+// guard record (a consistent read, without a lock: acquisitions of
+// different flags do not wait for each other) in its one round trip;
+// statement mode sends the guard read as its second statement. The record
+// is written only when the incarnation changes or a lease longer than any
+// before is asked, under its row lock; Quarantine writes it too.
+//
 // # Schema and privileges
 //
-// The table leadership_flags, the procedure leadership_acquire (routine
-// mode only) and golang-migrate's version table
+// The tables leadership_flags, leadership_guard (one record) and
+// leadership_incarnation (MEMORY), the procedure leadership_acquire
+// (routine mode only) and golang-migrate's version table
 // leadership_schema_migrations live in the connection's database. In
 // routine mode [Store.Migrate] needs CREATE, ALTER ROUTINE and CREATE
-// ROUTINE there; when an administrator applied the migrations, the
-// application user needs SELECT, INSERT, UPDATE on leadership_flags,
-// EXECUTE on the procedure and SELECT on leadership_schema_migrations. In
-// statement mode Migrate needs CREATE and SELECT, INSERT, UPDATE, DELETE on
-// the database's tables, and the application user SELECT, INSERT, UPDATE
-// on leadership_flags and SELECT on leadership_schema_migrations. Errors
-// from a server that refuses the procedure (1418, 1419, 1227 and other
-// denials) name the privilege, log_bin_trust_function_creators, and
+// ROUTINE there (and INSERT, for the guard's record); in statement mode
+// CREATE and SELECT, INSERT, UPDATE, DELETE on the database's tables. When
+// an administrator applied the migrations, the application user needs, in
+// both modes, SELECT, INSERT, UPDATE on leadership_flags, SELECT, UPDATE
+// on leadership_guard, SELECT, INSERT on leadership_incarnation and
+// SELECT on leadership_schema_migrations, and in routine mode EXECUTE on
+// the procedure (tested in statement mode with exactly these grants).
+// Errors from a server that refuses the procedure (1418, 1419, 1227 and
+// other denials) name the privilege, log_bin_trust_function_creators, and
 // statement mode. The procedure runs with the caller's privileges (SQL
-// SECURITY INVOKER).
-// Schema version 4 drops and re-creates the procedure (MySQL has no CREATE
-// OR REPLACE PROCEDURE), which drops an EXECUTE granted on it by name:
-// grant it again after migrating, or grant EXECUTE on the database.
+// SECURITY INVOKER). Schema versions 4 and 9 drop and re-create the
+// procedure (MySQL has no CREATE OR REPLACE PROCEDURE), which drops an
+// EXECUTE granted on it by name: grant it again after migrating, or grant
+// EXECUTE on the database. Acquire refuses the procedure of an older
+// schema with an error that says to migrate.
+//
+// # Read-only servers
+//
+// A replica or a demoted primary refuses writes with error 1290
+// (read_only, super_read_only), 1792 (a read-only transaction) or 1836
+// (read-only mode). The error of the attempt says to connect to the
+// primary and names go-sql-driver's rejectReadOnly=true, with which the
+// driver drops such a connection so that the pool reconnects, through the
+// failover's address, to the new primary. The flag treats it as any
+// failed attempt: it never raises on it, lowers at the end of its trust
+// window, and keeps trying (tested: a flag on a private server recovers
+// when read_only is turned off again).
 //
 // # Release notifications
 //
@@ -119,8 +187,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
-	upsert  *sql.Stmt // statement mode: the upsert and the read of the row,
-	readRow *sql.Stmt // prepared at their first use
+	stmts   prepared  // statement mode: prepared at their first use
 }
 
 var (
@@ -136,13 +203,13 @@ type Option func(*Store)
 // routines (PlanetScale, TiDB, sharded Vitess keyspaces) or refuse to
 // create one for the user (binary logging without
 // log_bin_trust_function_creators: errors 1418 and 1419). Acquire then
-// sends the upsert of the procedure as plain statements in a short
-// transaction of its own (START TRANSACTION, the upsert, a read of the row
-// and of LAST_INSERT_ID, COMMIT): four round trips instead of one, with the
-// same outcome, committed before the reply is trusted whatever the
-// session's autocommit. The application user needs only SELECT, INSERT,
-// UPDATE on leadership_flags (and SELECT on leadership_schema_migrations),
-// and [Store.Migrate] creates no routine. Both modes work on one database
+// sends the work of the procedure as plain statements in a short
+// transaction of its own (START TRANSACTION, the read of the failover
+// guard, the upsert, a read of the row and of LAST_INSERT_ID, COMMIT):
+// five round trips instead of one, with the same outcome, committed before
+// the reply is trusted whatever the session's autocommit. The application
+// user needs no routine privilege (see Schema and privileges), and
+// [Store.Migrate] creates no routine. Both modes work on one database
 // at once: a database migrated in statement mode gets the procedure at the
 // first Migrate in routine mode.
 func WithoutRoutines() Option { return func(s *Store) { s.noRoutines = true } }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"io/fs"
 	"regexp"
@@ -14,101 +15,139 @@ import (
 	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
-// Statement mode (see WithoutRoutines): the upsert of migration 0004's
-// procedure, sent as a plain statement. :now is the statement's clock
-// (UTC_TIMESTAMP is read once per statement, at its start, so every
-// occurrence is the same instant); :name, :holder, :version and :lease are
-// the request's, bound as parameters by upsertArgs. The assignments, their
-// order and the LAST_INSERT_ID(expr) outcome are the procedure's, right
-// with and without MariaDB's SIMULTANEOUS_ASSIGNMENT (see
-// migrations/mysql/0004_create_committing_acquire.up.sql).
-const upsertTemplate = `
-INSERT INTO leadership_flags (name, holder, version, renewed_at, expires_at)
-VALUES (:name, :holder, LAST_INSERT_ID(1), :now, :now + :lease)
-ON DUPLICATE KEY UPDATE
-    renewed_at = IF(LAST_INSERT_ID(0) = 0 AND (expires_at <= :now
-                    OR (:version > 0 AND holder = :holder AND version = :version)), :now, renewed_at),
-    version = IF(expires_at <= :now OR (:version > 0 AND holder = :holder AND version = :version),
-                 LAST_INSERT_ID(IF(:version > 0 AND holder = :holder AND version = :version, version, version + 1)),
-                 version),
-    holder = IF(expires_at <= :now OR (:version > 0 AND holder = :holder AND version = :version), :holder, holder),
-    expires_at = IF(expires_at <= :now OR (:version > 0 AND holder = :holder AND version = :version),
-                    :now + :lease, expires_at)`
+// Statement mode (see WithoutRoutines): the procedure of migration 0009,
+// sent as plain statements. In the templates, :now is the statement's
+// clock (UTC_TIMESTAMP is read once per statement, at its start, so every
+// occurrence is the same instant); the other :names are parameters, bound
+// by bind. The assignments, their order and the LAST_INSERT_ID(expr)
+// outcome are the procedure's, right with and without MariaDB's
+// SIMULTANEOUS_ASSIGNMENT (see
+// migrations/mysql/0009_create_guarded_acquire.up.sql).
+const (
+	// guardReadTemplate reads, at the start of the transaction and without
+	// a lock, the clock, the guard record, this server's incarnation (NULL
+	// when it has none yet) and whether the flag has a row.
+	guardReadTemplate = `
+SELECT :now, g.incarnation, g.hold_until, g.version_floor, g.max_lease,
+       (SELECT i.incarnation FROM leadership_incarnation i WHERE i.server_id = @@server_id),
+       EXISTS (SELECT 1 FROM leadership_flags f WHERE f.name = :name)
+FROM leadership_guard g WHERE g.id = 1`
 
-var (
-	placeholderRE = regexp.MustCompile(`:(now|name|holder|version|lease)\b`)
-	// upsertQuery is upsertTemplate with a ? for each parameter, and
-	// upsertParams the names of the parameters in their order.
-	upsertQuery, upsertParams = func() (string, []string) {
-		var names []string
-		q := placeholderRE.ReplaceAllStringFunc(upsertTemplate, func(m string) string {
-			if m == ":now" {
-				return nowMicros
-			}
-			names = append(names, m[1:])
-			return "?"
-		})
-		return q, names
-	}()
+	// guardUpdateTemplate records the incarnation :incarnation noticed at
+	// :at (the guard read's clock) and the lease, under the row lock; its
+	// conditions are re-checked on the latest version of the record.
+	guardUpdateTemplate = `
+UPDATE leadership_guard SET
+    hold_until = IF(incarnation <> :incarnation AND incarnation <> '',
+                    GREATEST(hold_until, :at + GREATEST(max_lease, :lease)), hold_until),
+    version_floor = IF(incarnation <> :incarnation AND incarnation <> '', GREATEST(version_floor, :at), version_floor),
+    max_lease = GREATEST(max_lease, :lease),
+    incarnation = :incarnation
+WHERE id = 1 AND (incarnation <> :incarnation OR max_lease < :lease)`
+
+	// upsertTemplate is the procedure's upsert; :held and :floor are what
+	// the guard read decided.
+	upsertTemplate = `
+INSERT INTO leadership_flags (name, holder, version, renewed_at, expires_at)
+VALUES (:name, :holder, LAST_INSERT_ID(GREATEST(1, :floor)), :now, :now + :lease)
+ON DUPLICATE KEY UPDATE
+    renewed_at = IF(LAST_INSERT_ID(0) = 0 AND ({take} OR {renew}), :now, renewed_at),
+    version = IF({take} OR {renew}, LAST_INSERT_ID(IF({renew}, version, GREATEST(version + 1, :floor))), version),
+    holder = IF({take} OR {renew}, :holder, holder),
+    expires_at = IF({take} OR {renew}, :now + :lease, expires_at)`
+
+	// readRowTemplate reads, in the upsert's transaction, its outcome
+	// (LAST_INSERT_ID of the session: 0 when it lost, else the term's
+	// version), the row, and the clock. FOR UPDATE reads the latest
+	// version of the row (the upsert holds its lock), not the snapshot the
+	// guard read fixed.
+	readRowTemplate = `SELECT LAST_INSERT_ID(), holder, version, renewed_at, expires_at, :now
+FROM leadership_flags WHERE name = :name FOR UPDATE`
+
+	// insertIncarnation gives the server an incarnation, in a transaction
+	// of its own (see migrations/mysql/0007_create_incarnation.up.sql).
+	insertIncarnation = `INSERT IGNORE INTO leadership_incarnation (server_id, incarnation)
+VALUES (@@server_id, CONCAT(@@server_id, '/', UUID()))`
 )
 
-// readRowQuery reads, in the upsert's transaction, its outcome
-// (LAST_INSERT_ID of the session: 0 when it lost, else the term's version),
-// the row, and the clock.
-const readRowQuery = `SELECT LAST_INSERT_ID(), holder, version, renewed_at, expires_at, ` + nowMicros + `
-FROM leadership_flags WHERE name = ?`
+// The conditions of the upsert: a takeover (the row expired, no hold) and a
+// renewal of the caller's own term (while held, only of a term that has not
+// expired).
+var upsertConditions = strings.NewReplacer(
+	"{take}", "(NOT :held AND expires_at <= :now)",
+	"{renew}", "(:version > 0 AND holder = :holder AND version = :version AND (NOT :held OR expires_at > :now))",
+)
 
-// upsertArgs binds the request to upsertParams.
-func upsertArgs(req leadership.Request, leaseMicros int64) []any {
-	args := make([]any, len(upsertParams))
-	for i, p := range upsertParams {
-		switch p {
-		case "name":
-			args[i] = req.Name
-		case "holder":
-			args[i] = req.Holder
-		case "version":
-			args[i] = req.Version
-		case "lease":
-			args[i] = leaseMicros
+// statementQuery is a template with a ? for each parameter, and the names of
+// the parameters in their order.
+type statementQuery struct {
+	sql    string
+	params []string
+}
+
+var placeholderRE = regexp.MustCompile(`:(now|at|name|holder|version|lease|held|floor|incarnation)\b`)
+
+func compile(template string) statementQuery {
+	var q statementQuery
+	q.sql = placeholderRE.ReplaceAllStringFunc(template, func(m string) string {
+		if m == ":now" {
+			return nowMicros
 		}
+		q.params = append(q.params, m[1:])
+		return "?"
+	})
+	return q
+}
+
+var (
+	guardRead   = compile(guardReadTemplate)
+	guardUpdate = compile(guardUpdateTemplate)
+	upsert      = compile(upsertConditions.Replace(upsertTemplate))
+	readRow     = compile(readRowTemplate)
+)
+
+// bind returns the arguments of q from values.
+func (q statementQuery) bind(values map[string]any) []any {
+	args := make([]any, len(q.params))
+	for i, p := range q.params {
+		args[i] = values[p]
 	}
 	return args
 }
 
-// acquireStatements is Acquire in statement mode: the upsert and the read
-// of its outcome in a transaction of their own, committed before the reply
-// is trusted (START TRANSACTION starts one whatever the session's
-// autocommit). LAST_INSERT_ID is the session's, and the transaction keeps
-// the session, so the read sees the upsert's outcome; the row it reads is
-// the upsert's, still locked by it. On a win the row's renewed_at is the
-// upsert's clock; on a loss Now is read by the SELECT, a little later in
-// the same transaction.
+// errNoIncarnation ends the transaction of an attempt that found no
+// incarnation of the server, so that one is inserted outside it.
+var errNoIncarnation = errors.New("the server has no incarnation yet")
+
+// acquireStatements is Acquire in statement mode: the guard read, the
+// guard's update when needed, the upsert and the read of its outcome in a
+// transaction of their own, committed before the reply is trusted (START
+// TRANSACTION starts one whatever the session's autocommit). The first
+// attempt after the server started finds no incarnation: it rolls back
+// (it wrote nothing), inserts one in a transaction of its own and starts
+// over.
 func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, leaseMicros int64) (leadership.Result, error) {
-	upsert, readRow, err := s.statements(ctx)
+	st, err := s.statements(ctx)
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
 	}
-	args := upsertArgs(req, leaseMicros)
 	var res leadership.Result
 	err = sqlstore.RetryOnce(ctx, transient, func() error {
-		return s.inTx(ctx, false, func(tx *sql.Tx) error {
-			res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-			if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, args...); err != nil {
+		for range 2 {
+			err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+				return acquireInTx(ctx, tx, st, req, leaseMicros, &res)
+			})
+			if !errors.Is(err, errNoIncarnation) {
 				return err
 			}
-			var won, renewed, expires, now int64
-			if err := tx.StmtContext(ctx, readRow).QueryRowContext(ctx, req.Name).Scan(
-				&won, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
+			if err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, insertIncarnation)
+				return err
+			}); err != nil {
 				return err
 			}
-			res.Acquired = won > 0
-			if res.Acquired {
-				now = renewed
-			}
-			res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
-			return nil
-		})
+		}
+		return errors.New("the server's incarnation vanished just after it was inserted: is leadership_incarnation a MEMORY table?")
 	})
 	if err != nil {
 		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
@@ -116,23 +155,85 @@ func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, l
 	return res, nil
 }
 
-// statements returns the two statements of statement mode, prepared once
-// for the store; database/sql prepares them once per connection, and
-// Tx.StmtContext reuses the connection's.
-func (s *Store) statements(ctx context.Context) (upsert, readRow *sql.Stmt, err error) {
+// acquireInTx is one attempt of statement mode in tx. It returns
+// errNoIncarnation, having written nothing, when the server has no
+// incarnation yet.
+func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.Request, leaseMicros int64, res *leadership.Result) error {
+	*res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+	var (
+		now, hold, floor, maxLease int64
+		recorded, current          []byte
+		exists                     bool
+	)
+	err := tx.StmtContext(ctx, st.guardRead).QueryRowContext(ctx, guardRead.bind(map[string]any{"name": req.Name})...).Scan(
+		&now, &recorded, &hold, &floor, &maxLease, &current, &exists)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNoGuardRecord
+	}
+	if err != nil {
+		return err
+	}
+	if current == nil {
+		return errNoIncarnation
+	}
+	if string(recorded) != string(current) && len(recorded) > 0 { // rule 1: a new incarnation
+		hold = max(hold, now+max(maxLease, leaseMicros))
+		floor = max(floor, now)
+	}
+	if string(recorded) != string(current) || maxLease < leaseMicros {
+		if _, err := tx.ExecContext(ctx, guardUpdate.sql, guardUpdate.bind(map[string]any{
+			"incarnation": current, "at": now, "lease": leaseMicros})...); err != nil {
+			return err
+		}
+	}
+	held := now < hold
+	if held && !exists { // no first acquisition during a hold
+		res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(now), time.UnixMicro(hold), time.UnixMicro(now)
+		return nil
+	}
+	if _, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, upsert.bind(map[string]any{
+		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": leaseMicros, "held": held, "floor": floor})...); err != nil {
+		return err
+	}
+	var won, renewed, expires int64
+	if err := tx.StmtContext(ctx, st.readRow).QueryRowContext(ctx, readRow.bind(map[string]any{"name": req.Name})...).Scan(
+		&won, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
+		return err
+	}
+	res.Acquired = won > 0
+	switch {
+	case res.Acquired:
+		now = renewed
+	case held:
+		expires = max(expires, hold)
+	}
+	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
+	return nil
+}
+
+// prepared is the statements of statement mode that every attempt sends.
+type prepared struct{ guardRead, upsert, readRow *sql.Stmt }
+
+// statements returns the statements every attempt of statement mode sends,
+// prepared once for the store; database/sql prepares them once per
+// connection, and Tx.StmtContext reuses the connection's. The guard's
+// update and the incarnation's insert are rare and not prepared.
+func (s *Store) statements(ctx context.Context) (*prepared, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.upsert == nil {
-		if s.upsert, err = s.db.PrepareContext(ctx, upsertQuery); err != nil {
-			return nil, nil, err
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{{&s.stmts.guardRead, guardRead.sql}, {&s.stmts.upsert, upsert.sql}, {&s.stmts.readRow, readRow.sql}} {
+		if *p.stmt == nil {
+			stmt, err := s.db.PrepareContext(ctx, p.sql)
+			if err != nil {
+				return nil, err
+			}
+			*p.stmt = stmt
 		}
 	}
-	if s.readRow == nil {
-		if s.readRow, err = s.db.PrepareContext(ctx, readRowQuery); err != nil {
-			return nil, nil, err
-		}
-	}
-	return s.upsert, s.readRow, nil
+	return &s.stmts, nil
 }
 
 // routineRE recognises a migration that creates or drops a stored routine.

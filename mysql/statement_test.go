@@ -62,7 +62,8 @@ func (s adminMigrated) Migrate(ctx context.Context) error { return s.admin.Migra
 // migrate in routine mode (the error names statement mode) and can in
 // statement mode, which creates no routine; then the whole store suite
 // runs as an application user with SELECT, INSERT, UPDATE on the flag
-// table and SELECT on the version table only.
+// table, SELECT, UPDATE on the guard's record, SELECT, INSERT on the
+// incarnation table and SELECT on the version table only.
 func TestStatementModeNeedsNoRoutinePrivileges(t *testing.T) {
 	t.Parallel()
 	srv := testdb.StartMariaDB(t)
@@ -103,8 +104,8 @@ func TestStatementModeNeedsNoRoutinePrivileges(t *testing.T) {
 	if err := admin.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate in statement mode without CREATE ROUTINE: %v", err)
 	}
-	if v, dirty, err := admin.SchemaVersion(ctx); err != nil || v != 4 || dirty {
-		t.Fatalf("SchemaVersion after statement mode's Migrate = %d, %v, %v; want 4, false, nil", v, dirty, err)
+	if v, dirty, err := admin.SchemaVersion(ctx); err != nil || v != 9 || dirty {
+		t.Fatalf("SchemaVersion after statement mode's Migrate = %d, %v, %v; want 9, false, nil", v, dirty, err)
 	}
 	var routines int
 	if err := srv.Root.QueryRow(`SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = ?`, db).Scan(&routines); err != nil || routines != 0 {
@@ -112,8 +113,10 @@ func TestStatementModeNeedsNoRoutinePrivileges(t *testing.T) {
 	}
 
 	app := user(db+"_a", "GRANT SELECT, INSERT, UPDATE ON %s.leadership_flags TO '"+db+"_a'@'127.0.0.1'")
-	if _, err := srv.Root.Exec("GRANT SELECT ON `" + db + "`.leadership_schema_migrations TO '" + db + "_a'@'127.0.0.1'"); err != nil {
-		t.Fatal(err)
+	for _, grant := range []string{"SELECT ON `%s`.leadership_schema_migrations", "SELECT, UPDATE ON `%s`.leadership_guard", "SELECT, INSERT ON `%s`.leadership_incarnation"} {
+		if _, err := srv.Root.Exec("GRANT " + fmt.Sprintf(grant, db) + " TO '" + db + "_a'@'127.0.0.1'"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	storetest.Run(t, func(t testing.TB) leadership.Store {
 		return adminMigrated{newStore(t, openDB(t, app), statementMode), admin}
@@ -164,10 +167,10 @@ func TestModesShareADatabase(t *testing.T) {
 }
 
 // TestStatementModeAcquireIsOneTransaction checks the cost
-// WithoutRoutines documents: an attempt is four statements (START
-// TRANSACTION, the upsert, the read, COMMIT) and, once the connection has
-// them, prepares nothing.
+// WithoutRoutines documents: an attempt is five statements (START
+// TRANSACTION, the guard read, the upsert, the read of the row, COMMIT)
+// and, once the connection has them, prepares nothing.
 func TestStatementModeAcquireIsOneTransaction(t *testing.T) {
 	t.Parallel()
-	checkStatementsPerAttempt(t, 4, statementMode)
+	checkStatementsPerAttempt(t, 5, statementMode)
 }

@@ -44,8 +44,10 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 // scanAcquired reads the row the procedure returns into res, and closes
 // rows. The reply is trusted only once it has been read to its end (the
 // driver reads the procedure's final status in Close, whose error it
-// returns), and only from the procedure of migration 0004, recognised by
-// the name of its first column, acquired (schema 2 named it TRUE or FALSE).
+// returns), and only from the procedure of migration 0009, recognised by
+// its columns: the first is named acquired (schema 2 named it TRUE or
+// FALSE) and the seventh hold_until (schema 4's had six, without the
+// failover guard).
 func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
 	defer rows.Close()
 	cols, err := rows.Columns()
@@ -55,14 +57,17 @@ func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
 	if len(cols) == 0 || cols[0] != "acquired" {
 		return errUncommittingProcedure
 	}
+	if len(cols) != 7 || cols[6] != "hold_until" {
+		return errUnguardedProcedure
+	}
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
 			return err
 		}
 		return sql.ErrNoRows
 	}
-	var renewed, expires, now int64
-	if err := rows.Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
+	var renewed, expires, now, hold int64
+	if err := rows.Scan(&res.Acquired, &res.Holder, &res.Version, &renewed, &expires, &now, &hold); err != nil {
 		return err
 	}
 	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)

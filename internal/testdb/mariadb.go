@@ -25,6 +25,10 @@ type MariaDB struct {
 	// Root is a connection pool of root, who may change global settings.
 	Root *sql.DB
 	port int
+	// start runs mariadbd on the data directory and waits until it
+	// answers; kill ends it with SIGKILL.
+	start func(t testing.TB)
+	kill  func()
 }
 
 // StartMariaDB initialises (mariadb-install-db) and starts a MariaDB server
@@ -42,42 +46,70 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	}
 	dir, cred := ServerDir(t, "mysql")
 	data, port := filepath.Join(dir, "data"), FreePort(t)
-	install := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+	// A temporary directory of the server's own: in the shared /tmp,
+	// concurrent bootstraps were seen to fail on each other's temporary
+	// tables ("Error on delete of '/tmp/#sql-temptable-…'").
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		if err := os.Chown(tmp, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db"}
 	if cred != nil {
 		install = append(install, "--user=mysql")
 	}
 	if out, err := Command(nil, installDB, install...).CombinedOutput(); err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
 	}
-	cmd := Command(cred, mariadbd, append([]string{"--no-defaults", "--datadir=" + data,
-		"--socket=" + filepath.Join(dir, "sock"), "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
-		"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--log-error=" + filepath.Join(dir, "err.log")}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mariadbd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-exited })
 	// mariadb-install-db made root@127.0.0.1 without a password.
 	root, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err = root.Ping(); err == nil {
-			return &MariaDB{Root: root, port: port}
+	m := &MariaDB{Root: root, port: port, kill: func() {}}
+	m.start = func(t testing.TB) {
+		t.Helper()
+		cmd := Command(cred, mariadbd, append([]string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp,
+			"--socket=" + filepath.Join(dir, "sock"), "--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
+			"--skip-log-bin", "--innodb-buffer-pool-size=16M", "--log-error=" + filepath.Join(dir, "err.log")}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start mariadbd: %v", err)
 		}
-		select {
-		case <-exited:
-			deadline = time.Now()
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "err.log"))
-			t.Fatalf("private mariadbd did not answer in 60 s: %v\n%s", err, log)
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		m.kill = func() { _ = cmd.Process.Signal(syscall.SIGKILL); <-exited }
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if err = root.Ping(); err == nil {
+				return
+			}
+			select {
+			case <-exited:
+				deadline = time.Now()
+			default:
+			}
+			if time.Now().After(deadline) {
+				log, _ := os.ReadFile(filepath.Join(dir, "err.log"))
+				t.Fatalf("private mariadbd did not answer in 60 s: %v\n%s", err, log)
+			}
 		}
 	}
+	t.Cleanup(func() { m.kill() })
+	m.start(t)
+	return m
+}
+
+// Crash kills the server with SIGKILL (no shutdown: InnoDB loses what it
+// had not flushed, as innodb_flush_log_at_trx_commit allows) and starts it
+// again on the same data directory and port, waiting until it answers.
+func (m *MariaDB) Crash(t testing.TB) {
+	t.Helper()
+	m.kill()
+	m.start(t)
 }
 
 // NewDatabase creates a database and a user named after prefix with all
@@ -147,3 +179,6 @@ func FreePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// Port is the server's TCP port on 127.0.0.1.
+func (m *MariaDB) Port() int { return m.port }

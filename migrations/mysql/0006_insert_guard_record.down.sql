@@ -1,0 +1,1 @@
+DELETE FROM leadership_guard WHERE id = 1
