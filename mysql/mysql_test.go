@@ -190,8 +190,8 @@ func TestMigrateLeavesDBOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 9 || dirty {
-		t.Fatalf("SchemaVersion = %d, %v, %v; want 9, false, nil", v, dirty, err)
+	if v, dirty, err := s.SchemaVersion(context.Background()); err != nil || v != 11 || dirty {
+		t.Fatalf("SchemaVersion = %d, %v, %v; want 11, false, nil", v, dirty, err)
 	}
 	if err := db.Ping(); err != nil {
 		t.Fatalf("the db is unusable after Migrate: %v", err)
@@ -359,5 +359,5 @@ func TestDirtySchemaFailsBuild(t *testing.T) {
 	}
 	// A process that starts now: a store that has migrated once does not
 	// migrate (nor check) again.
-	testdb.CheckDirtyBuild(t, newStore(t, db), "mysql", 9)
+	testdb.CheckDirtyBuild(t, newStore(t, db), "mysql", 11)
 }

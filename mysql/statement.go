@@ -52,7 +52,7 @@ INSERT INTO leadership_flags (name, holder, version, renewed_at, expires_at)
 VALUES (:name, :holder, LAST_INSERT_ID(GREATEST(1, :floor)), :now, :now + :lease)
 ON DUPLICATE KEY UPDATE
     renewed_at = IF(LAST_INSERT_ID(0) = 0 AND ({take} OR {renew}), :now, renewed_at),
-    version = IF({take} OR {renew}, LAST_INSERT_ID(IF({renew}, version, GREATEST(version + 1, :floor))), version),
+    version = IF({take} OR {renew}, LAST_INSERT_ID(IF({renew} AND (expires_at > :now OR version >= :floor), version, GREATEST(version + 1, :floor))), version),
     holder = IF({take} OR {renew}, :holder, holder),
     expires_at = IF({take} OR {renew}, :now + :lease, expires_at)`
 
@@ -195,9 +195,12 @@ func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.R
 		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": leaseMicros, "held": held, "floor": floor})...); err != nil {
 		return err
 	}
-	var won, renewed, expires int64
+	// A loser reports the clock of the guard read, the instant its
+	// decision (hold, floor) was taken at, as the procedure reports its
+	// one v_now; the row read's own clock reading is later.
+	var won, renewed, expires, readAt int64
 	if err := tx.StmtContext(ctx, st.readRow).QueryRowContext(ctx, readRow.bind(map[string]any{"name": req.Name})...).Scan(
-		&won, &res.Holder, &res.Version, &renewed, &expires, &now); err != nil {
+		&won, &res.Holder, &res.Version, &renewed, &expires, &readAt); err != nil {
 		return err
 	}
 	res.Acquired = won > 0

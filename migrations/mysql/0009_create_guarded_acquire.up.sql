@@ -20,7 +20,10 @@
 -- then flag row, by every statement that takes both.
 --
 -- Rules (docs/failover.md): held = now < hold_until. A renewal of the
--- caller's term needs, while held, a row that has not expired. A new term
+-- caller's term needs, while held, a row that has not expired; an expired
+-- own term whose version is below version_floor (begun under an earlier
+-- incarnation) is replaced by a new term instead of renewed, since a lost
+-- later term may have raised a higher token. A new term
 -- (takeover of an expired or released row) needs not held, and gets
 -- version GREATEST(version + 1, version_floor); a new row gets
 -- GREATEST(1, version_floor), and is not inserted while held: the call
@@ -92,7 +95,8 @@ BEGIN
             version = IF((NOT v_held AND expires_at <= v_now)
                          OR (p_version > 0 AND holder = p_holder AND version = p_version AND (NOT v_held OR expires_at > v_now)),
                          LAST_INSERT_ID(IF(p_version > 0 AND holder = p_holder AND version = p_version
-                                           AND (NOT v_held OR expires_at > v_now),
+                                           AND (NOT v_held OR expires_at > v_now)
+                                           AND (expires_at > v_now OR version >= v_floor),
                                            version, GREATEST(version + 1, v_floor))),
                          version),
             holder = IF((NOT v_held AND expires_at <= v_now)
