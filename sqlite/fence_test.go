@@ -1,0 +1,70 @@
+package sqlite_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"path/filepath"
+	"testing"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/sqlite"
+	"github.com/dbflag/leadership/storetest"
+)
+
+// TestFence runs the fenced-transaction suite with every store and
+// transaction on its own *sql.DB over one database file, as separate
+// processes would share it: once with transactions that begin deferred
+// (database/sql's default BEGIN, so the fence's own write takes the write
+// lock) and once with BEGIN IMMEDIATE, as a *sql.DB from sqlite.Open
+// begins them.
+func TestFence(t *testing.T) {
+	for _, txlock := range []string{"deferred", "immediate"} {
+		t.Run(txlock, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "flags.db")
+			open := func(t testing.TB) *sql.DB {
+				db, err := sqlite.Open(path)
+				if err != nil {
+					t.Fatalf("open %s: %v", path, err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return db
+			}
+			openTx := func(t testing.TB) *sql.DB {
+				db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock="+txlock)
+				if err != nil {
+					t.Fatalf("open %s: %v", path, err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return db
+			}
+			db := openTx(t)
+			storetest.RunFence(t, storetest.Fencing{
+				Open: func(t testing.TB) leadership.Store { return newStore(t, open(t)) },
+				Table: func(t testing.TB) string {
+					var b [5]byte
+					_, _ = rand.Read(b[:])
+					table := "fence_" + hex.EncodeToString(b[:])
+					if _, err := db.Exec(`CREATE TABLE ` + table + ` (token INTEGER NOT NULL, seq INTEGER NOT NULL)`); err != nil {
+						t.Fatalf("create table: %v", err)
+					}
+					return table
+				},
+				Begin: func(t testing.TB) storetest.FenceTx {
+					tx, err := openTx(t).Begin()
+					if err != nil {
+						t.Fatalf("begin: %v", err)
+					}
+					return storetest.SQLTx{Tx: tx, FenceFunc: sqlite.Fence}
+				},
+				RunFenced: func(ctx context.Context, leader leadership.Leader, fn func(storetest.FenceTx) error) error {
+					return sqlite.RunFenced(ctx, db, leader, func(tx *sql.Tx) error {
+						return fn(storetest.SQLTx{Tx: tx, FenceFunc: sqlite.Fence})
+					})
+				},
+			})
+		})
+	}
+}
