@@ -45,7 +45,6 @@ func TestFence(t *testing.T) {
 // pgTx is a pgx transaction as the suite sees it.
 type pgTx struct{ tx pgx.Tx }
 
-
 func (p pgTx) Fence(ctx context.Context, leader leadership.Leader) error {
 	return postgres.Fence(ctx, p.tx, leader)
 }

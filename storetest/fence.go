@@ -262,4 +262,3 @@ func rows(t testing.TB, f Fencing, table string) [][2]int64 {
 	}
 	return got
 }
-
