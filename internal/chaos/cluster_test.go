@@ -67,6 +67,8 @@ type cluster struct {
 	seq     int
 	// wantOverlap inverts the check, for the test of the harness itself.
 	wantOverlap bool
+	// args are added to every worker's command line.
+	args []string
 	// failovers are the takeovers forced by faults: how long after each
 	// fault the next leader raised, by fault. Printed at the end.
 	failovers map[string][]time.Duration
@@ -148,6 +150,7 @@ func (c *cluster) start(dsn string, offset int64, prefix ...string) string {
 	id := fmt.Sprintf("w%d", c.seq)
 	c.mu.Unlock()
 	args := append(prefix, workerBin, "-dsn", dsn, "-name", c.name, "-lease", lease.String(), "-poll", poll.String())
+	args = append(args, c.args...)
 	w := &worker{id: id, offset: offset, done: make(chan struct{})}
 	w.cmd = exec.Command(args[0], args[1:]...)
 	w.cmd.Stdout = &lockedWriter{mu: &w.mu, w: &w.out}

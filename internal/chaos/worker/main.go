@@ -16,6 +16,10 @@
 // its open run. Errors go to stderr.
 //
 //	worker -dsn sqlite:/tmp/f.db -name test-flag [-lease 1s] [-poll 250ms]
+//
+// With -write TABLE it also runs a leader's job (write.go): while raised,
+// it inserts rows (token, seq, holder) into TABLE, in transactions fenced
+// with its term (or plain ones with -fence=false).
 package main
 
 import (
@@ -41,8 +45,12 @@ func main() {
 	sample := flag.Duration("sample", time.Millisecond, "interval between Raised() samples")
 	buildFor := flag.Duration("build-timeout", 30*time.Second, "how long to retry Build while the database does not answer")
 	verbose := flag.Bool("v", false, "log the flag's transitions to stderr")
+	table := flag.String("write", "", "while leading, insert rows (token, seq, holder) into this table (see write.go)")
+	fence := flag.Bool("fence", true, "with -write: fence each transaction with the term (false: a plain transaction)")
+	work := flag.Duration("work", 5*time.Millisecond, "with -write: time between taking the term and writing")
 	flag.Parse()
-	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose); err != nil {
+	wr := &writer{table: *table, fence: *fence, work: *work}
+	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose, wr); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
@@ -56,7 +64,7 @@ func emit(format string, args ...any) {
 	}
 }
 
-func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose bool) error {
+func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose bool, wr *writer) error {
 	if name == "" {
 		return fmt.Errorf("-name is mandatory")
 	}
@@ -84,6 +92,11 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 		}
 		time.Sleep(poll)
 	}
+	if wr.table != "" {
+		wr.o, wr.f = o, f
+		wr.done, wr.quit = make(chan struct{}), make(chan struct{})
+		go wr.run()
+	}
 	emit("ready")
 
 	var start, lastTrue int64 // start == 0: no open run
@@ -96,6 +109,9 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose 
 			// lowers the flag before it releases the row, so no other
 			// process can raise before this instant.
 			stopped := chaos.Mono()
+			if wr.table != "" {
+				wr.close()
+			}
 			err := f.Close()
 			if f.Raised() {
 				return fmt.Errorf("Raised() true after Close")
