@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/sqlite"
@@ -66,5 +67,47 @@ func TestFence(t *testing.T) {
 				},
 			})
 		})
+	}
+}
+
+// TestFenceLeavesTheTermAlone checks that the fence's write changes
+// nothing of the term: not the holder, version or expiry, and not the
+// host-clock columns, which migration 2's trigger would clear if the
+// fence changed the row without counting itself in host_writes (the row
+// would then be judged by the wall clock).
+func TestFenceLeavesTheTermAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "flags.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := newStore(t, db)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, leadership.Request{Name: "f", Holder: "a", Lease: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("acquire: %+v, %v", res, err)
+	}
+	const cols = `holder, version, expires_at, host_boot, host_renewed_at, host_expires_at`
+	read := func() (row [6]any) {
+		t.Helper()
+		dest := make([]any, len(row))
+		for i := range row {
+			dest[i] = &row[i]
+		}
+		if err := db.QueryRow(`SELECT `+cols+` FROM leadership_flags WHERE name = 'f'`).Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		return row
+	}
+	before := read()
+	if err := sqlite.RunFenced(ctx, db, leadership.Term{Name: "f", Holder: "a", Version: res.Version}, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatalf("RunFenced: %v", err)
+	}
+	if after := read(); after != before || after[3] == "" {
+		t.Fatalf("(%s) = %v before the fence, %v after: want it unchanged, with a host boot", cols, before, after)
 	}
 }
