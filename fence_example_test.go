@@ -37,16 +37,19 @@ func ExampleFlag_Term() {
 		log.Fatal(err)
 	}
 
-	// The job: fenced with the flag, it runs only while the flag is raised.
-	err = sqlite.RunFenced(ctx, db, flag, func(tx *sql.Tx) error {
-		token, _ := flag.Token()
-		_, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES (?, 'acme')`, token)
+	// The job takes the term it runs in, and fences its transactions with
+	// it (fencing with the flag itself also checks Raised at each fence).
+	term, ok := flag.Term()
+	if !ok {
+		return // not the leader
+	}
+	err = sqlite.RunFenced(ctx, db, term, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES (?, 'acme')`, term.Version)
 		return err
 	})
 	fmt.Println("first invoice:", err)
 
-	// A term kept from earlier, after an operator evicted the holder.
-	term, _ := flag.Term()
+	// The same term, after an operator evicted the holder.
 	if _, err := store.Evict(ctx, "billing"); err != nil {
 		log.Fatal(err)
 	}

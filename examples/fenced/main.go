@@ -1,9 +1,10 @@
 // Command fenced shows a fenced transaction refusing the write of a
 // leader that stalled past its term, on the embedded SQLite store: host-a
-// leads and starts a job, the job stalls (a GC pause, SIGSTOP), an
-// operator evicts host-a, host-b takes over and writes; when host-a's job
-// resumes, its write, fenced with the term it started in, is refused, so
-// the table never shows a former term's write after a later one's.
+// leads and starts a job, the job stalls (a GC pause, a slow call) while
+// host-a's flag hands over (its process shutting down), host-b takes over
+// and writes; when host-a's job resumes, its write, fenced with the term
+// it started in, is refused, so the table never shows a former term's
+// write after a later one's.
 //
 //	go run ./examples/fenced
 package main
@@ -48,12 +49,13 @@ func run(out io.Writer) error {
 		return err
 	}
 	build := func(host string) (*leadership.Flag, error) {
-		return leadership.NewFlag().Store(store).Name("report").Process(host).Lease(time.Second).Build(ctx)
+		return leadership.NewFlag().Store(store).Name("report").Process(host).Lease(5 * time.Second).Build(ctx)
 	}
-	write := func(leader leadership.Leader, host string) error {
-		return sqlite.RunFenced(ctx, db, leader, func(tx *sql.Tx) error {
-			t, _ := leader.Term()
-			_, err := tx.ExecContext(ctx, `INSERT INTO report (token, host) VALUES (?, ?)`, t.Version, host)
+	// write inserts a row in a transaction fenced with the term: it
+	// commits only while the flag's row names that term.
+	write := func(term leadership.Term) error {
+		return sqlite.RunFenced(ctx, db, term, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO report (token, host) VALUES (?, ?)`, term.Version, term.Holder)
 			return err
 		})
 	}
@@ -71,15 +73,15 @@ func run(out io.Writer) error {
 
 	job, _ := a.Term() // host-a's job starts in this term...
 	fmt.Fprintf(out, "host-a leads (token %d); its job starts and stalls\n", job.Version)
-	if _, err := store.Evict(ctx, "report"); err != nil { // ...and stalls while an operator evicts host-a
+	if err := a.Close(); err != nil { // ...and stalls while host-a hands over (a shutdown, say)
 		return err
 	}
 	if err := b.Wait(ctx); err != nil {
 		return err
 	}
-	token, _ := b.Token()
-	fmt.Fprintf(out, "host-a evicted; host-b took over (token %d) and writes: %v\n", token, write(b, "host-b"))
-	fmt.Fprintf(out, "host-a's job resumes; its fenced write: %v\n", write(job, "host-a"))
+	next, _ := b.Term()
+	fmt.Fprintf(out, "host-a handed over; host-b took over (token %d) and writes: %v\n", next.Version, write(next))
+	fmt.Fprintf(out, "host-a's job resumes; its fenced write: %v\n", write(job))
 
 	rows, err := db.Query(`SELECT token, host FROM report ORDER BY id`)
 	if err != nil {
