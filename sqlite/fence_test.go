@@ -98,7 +98,7 @@ func TestFenceLeavesTheTermAlone(t *testing.T) {
 		for i := range row {
 			dest[i] = &row[i]
 		}
-		if err := db.QueryRow(`SELECT `+cols+` FROM leadership_flags WHERE name = 'f'`).Scan(dest...); err != nil {
+		if err := db.QueryRow(`SELECT ` + cols + ` FROM leadership_flags WHERE name = 'f'`).Scan(dest...); err != nil {
 			t.Fatal(err)
 		}
 		return row
