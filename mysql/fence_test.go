@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"testing"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/mysql"
@@ -42,6 +44,7 @@ func TestFence(t *testing.T) {
 					return fn(storetest.SQLTx{Tx: tx, FenceFunc: mysql.Fence})
 				})
 			},
+			Retry: &driver.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (test)"},
 		})
 	})
 }

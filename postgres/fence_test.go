@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
@@ -39,6 +40,7 @@ func TestFence(t *testing.T) {
 		RunFenced: func(ctx context.Context, leader leadership.Leader, fn func(storetest.FenceTx) error) error {
 			return postgres.RunFenced(ctx, pool, leader, func(tx pgx.Tx) error { return fn(pgTx{tx}) })
 		},
+		Retry: &pgconn.PgError{Code: "40001", Message: "could not serialize access (test)"},
 	})
 }
 

@@ -65,10 +65,18 @@ func TestFence(t *testing.T) {
 						return fn(storetest.SQLTx{Tx: tx, FenceFunc: sqlite.Fence})
 					})
 				},
+				Retry: busyError{},
 			})
 		})
 	}
 }
+
+// busyError is SQLITE_BUSY_SNAPSHOT as modernc.org/sqlite reports it:
+// an error with the extended result code.
+type busyError struct{}
+
+func (busyError) Error() string { return "database is locked (SQLITE_BUSY_SNAPSHOT, test)" }
+func (busyError) Code() int     { return 5 | 2<<8 }
 
 // TestFenceLeavesTheTermAlone checks that the fence's write changes
 // nothing of the term: not the holder, version or expiry, and not the

@@ -27,6 +27,10 @@ type Fencing struct {
 	// RunFenced runs fn in a transaction fenced with leader by the store's
 	// RunFenced function.
 	RunFenced func(ctx context.Context, leader leadership.Leader, fn func(FenceTx) error) error
+	// Retry is an error of the driver's type that the store's RunFenced
+	// runs the transaction again for (a deadlock, a serialization
+	// failure, a busy database).
+	Retry error
 }
 
 // FenceTx is one transaction of a [Fencing].
@@ -149,6 +153,39 @@ func RunFence(t *testing.T, f Fencing) {
 		}
 		if got, want := rows(t, f, table), [][2]int64{{token, 1}}; !slices.Equal(got, want) {
 			t.Fatalf("rows = %v, want %v", got, want)
+		}
+	})
+	t.Run("RunFencedRunsTheTxAgainWhenTheDatabaseAsks", func(t *testing.T) {
+		t.Parallel()
+		name, table := uniqueName(t), f.Table(t)
+		res := acquire(t, s, name, "a", 0, 30*time.Second)
+		term := leadership.Term{Name: name, Holder: "a", Version: res.Version}
+		calls := 0
+		err := f.RunFenced(ctx(t), term, func(tx FenceTx) error {
+			calls++
+			if err := tx.Insert(ctx(t), table, res.Version, int64(calls)); err != nil {
+				return err
+			}
+			if calls < 3 {
+				return f.Retry
+			}
+			return nil
+		})
+		if err != nil || calls != 3 {
+			t.Fatalf("RunFenced failing twice with %v = %v after %d calls, want success after 3", f.Retry, err, calls)
+		}
+		// The failed attempts were rolled back; only the third committed.
+		if got, want := rows(t, f, table), [][2]int64{{res.Version, 3}}; !slices.Equal(got, want) {
+			t.Fatalf("rows = %v, want %v", got, want)
+		}
+		calls = 0
+		boom := errors.New("boom")
+		if err := f.RunFenced(ctx(t), term, func(FenceTx) error { calls++; return boom }); !errors.Is(err, boom) || calls != 1 {
+			t.Fatalf("RunFenced with an error of the job = %v after %d calls, want it once", err, calls)
+		}
+		calls = 0
+		if err := f.RunFenced(ctx(t), term, func(FenceTx) error { calls++; return f.Retry }); !errors.Is(err, f.Retry) || calls != 5 {
+			t.Fatalf("RunFenced always asked to retry = %v after %d calls, want the error after 5", err, calls)
 		}
 	})
 	t.Run("TakeoverWaitsForTheFencedTx", func(t *testing.T) {
