@@ -47,6 +47,12 @@
 //     term (each acquisition that is not a renewal) and never otherwise;
 //     renewals keep it, release keeps it, rows are never deleted, so it never
 //     goes backwards. [Flag.Token] returns it while raised.
+//   - Fenced transactions. On the flag's own database, a transaction fenced
+//     with the flag or a [Term] (the Fence and RunFenced functions of
+//     packages postgres, mysql and sqlite) commits only while the row names
+//     that term, failing with [ErrNotLeader] otherwise, and no later term
+//     starts before it has ended: the writes of different terms to that
+//     database never interleave, whatever the stalls of their processes.
 //   - Leases are stored, not assumed. The row holds the holder's expiry, so
 //     processes configured with different leases never overlap.
 //   - Term-scoped renewal. A renewal names the holder and the version it

@@ -17,4 +17,9 @@ var (
 	// ErrLoopStalled is returned by [Flag.Check] when the background loop
 	// has not finished an attempt for much longer than its schedule allows.
 	ErrLoopStalled = errors.New("leadership: background loop stalled")
+	// ErrNotLeader is returned by the Fence functions of the stores (and
+	// their RunFenced helpers) when the flag's row no longer names the
+	// caller's term, or the flag is not raised: the transaction must be
+	// rolled back, and its writes are not committed.
+	ErrNotLeader = errors.New("leadership: not leader")
 )

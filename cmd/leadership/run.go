@@ -37,8 +37,10 @@ const runExamples = `  # A daemon that must run on exactly one host: start it on
   leadership run --name hello -- sh -c 'echo "$$ leads"; sleep 3' &
   leadership run --name hello -- sh -c 'echo "$$ leads"; sleep 3'
 
-The command gets LEADERSHIP_NAME and LEADERSHIP_TOKEN (the fencing token: the
-flag's version, larger at every new term) in its environment. It runs in a
+The command gets LEADERSHIP_NAME, LEADERSHIP_HOLDER (the holder name of this
+run) and LEADERSHIP_TOKEN (the fencing token: the flag's version, larger at
+every new term) in its environment; with them, its transactions on the
+flag's database can be fenced (see "Fencing" in the README). It runs in a
 process group of its own under a watchdog process (leadership __watchdog);
 the watchdog and run are child subreapers, so every process the command
 starts stays below them, even after setsid. If leadership is lost while it
@@ -170,7 +172,7 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		}
 		// The watchdog starts before the wait, to be ready when this
 		// process leads: starting a process takes time.
-		w, err := startWatchdog(o.grace, child, append(os.Environ(), "LEADERSHIP_NAME="+o.name))
+		w, err := startWatchdog(o.grace, child, append(os.Environ(), "LEADERSHIP_NAME="+o.name, "LEADERSHIP_HOLDER="+f.Process()))
 		if err != nil {
 			log.Error("cannot start the watchdog process", "error", err)
 			return exitFailure

@@ -35,6 +35,10 @@ const Usage = "sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?… or mysql://USE
 type Opened struct {
 	Store leadership.Store
 	Kind  string // SQLite, Postgres or MySQL
+	// DB is the store's database (SQLite, MySQL) and Pool its pool
+	// (Postgres), for transactions fenced by the store's Fence.
+	DB    *sql.DB
+	Pool  *pgxpool.Pool
 	close func()
 }
 
@@ -75,7 +79,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 			db.Close()
 			return nil, err
 		}
-		return &Opened{Store: s, Kind: kind, close: func() { db.Close() }}, nil
+		return &Opened{Store: s, Kind: kind, DB: db, close: func() { db.Close() }}, nil
 	case Postgres:
 		cfg, err := pgxpool.ParseConfig(dsn)
 		if err != nil {
@@ -91,7 +95,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 			pool.Close()
 			return nil, err
 		}
-		return &Opened{Store: s, Kind: kind, close: pool.Close}, nil
+		return &Opened{Store: s, Kind: kind, Pool: pool, close: pool.Close}, nil
 	default:
 		native, opts, err := mysqlNative(dsn)
 		if err != nil {
@@ -106,7 +110,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 			db.Close()
 			return nil, err
 		}
-		return &Opened{Store: s, Kind: kind, close: func() { db.Close() }}, nil
+		return &Opened{Store: s, Kind: kind, DB: db, close: func() { db.Close() }}, nil
 	}
 }
 

@@ -24,6 +24,10 @@
 // uses a test-only store whose acquire statement is the one from before
 // the failover guard (see unguarded.go and unguarded_mysql.go), so that the failover scenarios can
 // show they catch what the guard prevents.
+//
+// With -write TABLE it also runs a leader's job (write.go): while raised,
+// it inserts rows (token, seq, holder) into TABLE, in transactions fenced
+// with its term (or plain ones with -fence=false).
 package main
 
 import (
@@ -50,8 +54,12 @@ func main() {
 	buildFor := flag.Duration("build-timeout", 30*time.Second, "how long to retry Build while the database does not answer")
 	verbose := flag.Bool("v", false, "log the flag's transitions to stderr")
 	unguarded := flag.Bool("unguarded", false, "use the unguarded mutant store (postgres, mysql; a test of the tests)")
+	table := flag.String("write", "", "while leading, insert rows (token, seq, holder) into this table (see write.go)")
+	fence := flag.Bool("fence", true, "with -write: fence each transaction with the term (false: a plain transaction)")
+	work := flag.Duration("work", 5*time.Millisecond, "with -write: time between taking the term and writing")
 	flag.Parse()
-	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose, *unguarded); err != nil {
+	wr := &writer{table: *table, fence: *fence, work: *work}
+	if err := run(*dsn, *name, *lease, *poll, *sample, *buildFor, *verbose, *unguarded, wr); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
@@ -65,7 +73,7 @@ func emit(format string, args ...any) {
 	}
 }
 
-func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose, unguarded bool) error {
+func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose, unguarded bool, wr *writer) error {
 	if name == "" {
 		return fmt.Errorf("-name is mandatory")
 	}
@@ -73,7 +81,11 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose,
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	ctx := context.Background()
 	var store leadership.Store
+	var o *storeopen.Opened
 	if unguarded {
+		if wr.table != "" {
+			return fmt.Errorf("-write needs the real store, not -unguarded")
+		}
 		s, closeStore, err := openUnguarded(ctx, dsn)
 		if err != nil {
 			return err
@@ -81,8 +93,8 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose,
 		defer closeStore()
 		store = s
 	} else {
-		o, err := storeopen.Open(ctx, dsn)
-		if err != nil {
+		var err error
+		if o, err = storeopen.Open(ctx, dsn); err != nil {
 			return err
 		}
 		defer o.Close()
@@ -105,6 +117,11 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose,
 		}
 		time.Sleep(poll)
 	}
+	if wr.table != "" {
+		wr.o, wr.f = o, f
+		wr.done, wr.quit = make(chan struct{}), make(chan struct{})
+		go wr.run()
+	}
 	emit("ready")
 
 	var start, lastTrue int64 // start == 0: no open run
@@ -118,6 +135,9 @@ func run(dsn, name string, lease, poll, sample, buildFor time.Duration, verbose,
 			// lowers the flag before it releases the row, so no other
 			// process can raise before this instant.
 			stopped := chaos.Mono()
+			if wr.table != "" {
+				wr.close()
+			}
 			err := f.Close()
 			if f.Raised() {
 				return fmt.Errorf("Raised() true after Close")
