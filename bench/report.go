@@ -175,16 +175,22 @@ func (r *report) markdown() string {
 	// (4)
 	p("## 4. `Raised()` cost")
 	p("")
-	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, %d repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL.", r.opts.benchtime, raisedReps(r.opts))
+	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, %d repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL. Each repetition is followed by the same benchmark (serial or parallel) of a bare `time.Since(t0)`, one read of the monotonic clock; the ratio column divides each repetition's ns/op by that baseline's (median, min, max of the ratios).", r.opts.benchtime, raisedReps(r.opts))
 	p("")
-	head("benchmark", "ns/op median", "min", "max", "allocs/op")
+	head("benchmark", "ns/op median", "min", "max", "allocs/op", "`time.Since` ns/op median", "ratio to `time.Since` median", "min", "max")
 	for _, br := range r.raised {
 		if br.err != nil || len(br.ns) == 0 {
-			p("| %s | not measured: %v | | | |", br.name, br.err)
+			p("| %s | not measured: %v | | | | | | | |", br.name, br.err)
 			continue
 		}
 		m, lo, hi := spread(br.ns)
-		p("| %s | %.2f | %.2f | %.2f | %d |", br.name, m, lo, hi, slices.Max(br.allocs))
+		base, ratio := "", "| | |"
+		if rs := br.ratios(); len(rs) > 0 {
+			bm, _, _ := spread(br.base)
+			rm, rlo, rhi := spread(rs)
+			base, ratio = fmt.Sprintf("%.2f", bm), fmt.Sprintf("%.2f× | %.2f× | %.2f×", rm, rlo, rhi)
+		}
+		p("| %s | %.2f | %.2f | %.2f | %d | %s | %s |", br.name, m, lo, hi, slices.Max(br.allocs), base, ratio)
 	}
 	if r.rootBench != "" {
 		p("")
