@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/sqlite"
 )
@@ -55,5 +57,51 @@ func TestAReleaseWakesAFollowerOnAnotherDatabaseHandleBeforeItsPoll(t *testing.T
 	t.Logf("handover took %v", took)
 	if took > 600*time.Millisecond {
 		t.Errorf("handover took %v; the watcher should have woken the follower well before its 2 s poll", took)
+	}
+}
+
+// TestTheWatcherStopsWithTheLastFlagAndStartsAgain runs two handovers one
+// after the other on the same two stores, each time closing every flag,
+// and checks that the watchers start again for new flags and leave no
+// goroutine behind once the flags and the databases are closed. It is
+// not parallel, so no other test's goroutines run meanwhile.
+func TestTheWatcherStopsWithTheLastFlagAndStartsAgain(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	path := filepath.Join(t.TempDir(), "flags.db")
+	var stores []*sqlite.Store
+	for range 2 {
+		db, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatalf("open %s: %v", path, err)
+		}
+		defer db.Close()
+		stores = append(stores, newStore(t, db))
+	}
+	for round := range 2 {
+		build := func(s *sqlite.Store) *leadership.Flag {
+			f, err := leadership.NewFlag().Store(s).Name("restart").Build(context.Background())
+			if err != nil {
+				t.Fatalf("round %d: Build: %v", round, err)
+			}
+			return f
+		}
+		leader := build(stores[round%2])
+		follower := build(stores[(round+1)%2])
+		time.Sleep(100 * time.Millisecond)
+		closed := time.Now()
+		if err := leader.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := follower.Wait(ctx)
+		cancel()
+		took := time.Since(closed)
+		follower.Close()
+		if err != nil {
+			t.Fatalf("round %d: the follower did not take over: %v", round, err)
+		}
+		if took > 600*time.Millisecond {
+			t.Errorf("round %d: handover took %v; the watcher should have woken the follower well before its 2 s poll", round, took)
+		}
 	}
 }
