@@ -87,8 +87,10 @@
 // Store: a file-change signal (inotify) on the database file and its
 // -wal file, confirmed by PRAGMA data_version and one read of the free
 // rows on a connection of the Store's pool. The watcher costs no
-// statement while nothing is written, and a few per commit of another
-// process, not per flag. It is a hint the flags do not rely on: a lost
+// statement while nothing is written; per commit of another connection
+// (a renewal, an attempt that wrote), up to ten reads of data_version
+// (no table read, no disk I/O) and one SELECT of the free rows, per
+// Store, whatever its number of flags. It is a hint the flags do not rely on: a lost
 // signal leaves them to their poll (at most 2 s at the default poll
 // interval), so the Store does not report that its notifications reach
 // other processes. No watcher runs for an in-memory database or a pool

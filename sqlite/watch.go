@@ -21,7 +21,10 @@ import (
 //     read). SQLite writes a commit's frames to the -wal file before the
 //     commit becomes visible (after the fsync), so the signal usually
 //     arrives early: the watcher reads data_version again 1, 2, 4, …,
-//     256 ms after the last signal.
+//     256 ms after the last signal (ten reads at most per signal; a
+//     change seen does not stop them, since the kernel merges the
+//     signals of two writes that follow each other closely, and the
+//     second commit may become visible after the first).
 //   - When data_version has changed, one SELECT lists the free rows
 //     (holder ''), and the flags of this store that wait on a row that
 //     has become free since the last look (a new (name, version) pair)
