@@ -517,3 +517,36 @@ func BenchmarkRaised(b *testing.B) {
 		})
 	})
 }
+
+// TestAFollowerWakesAtAFarExpiryPlusJitterWithNoPollOnTop checks issue
+// 19's crash failover bound (lease + jitter): the holder renews, then
+// crashes while the follower's last attempt saw an expiry several poll
+// intervals away. The follower's polls on the way land before the expiry
+// and its last wait ends at the expiry plus its jitter, never a poll
+// interval later.
+func TestAFollowerWakesAtAFarExpiryPlusJitterWithNoPollOnTop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New()
+		cut := faultstore.Wrap(s)
+		a := build(t, cut, "a")
+		jitter := testLease / 20
+		poll := testLease / 7 // the expiry is 7 polls away at b's first attempt
+		b := build(t, s, "b", func(b *leadership.FlagBuilder) {
+			b.PollInterval(poll).Jitter(jitter).RandInt64NForTest(func(n int64) int64 { return n - 1 }) // the largest jitter
+		})
+		// a renews every Lease/3: at 10s/3; it crashes just after.
+		time.Sleep(testLease/3 + time.Millisecond)
+		cut.Fail(errors.New("crashed"))
+		lastRenewal := time.Now().Add(-time.Millisecond)
+		for !b.Raised() {
+			time.Sleep(time.Millisecond)
+		}
+		if a.Raised() {
+			t.Fatal("two leaders")
+		}
+		want := testLease + jitter
+		if took := time.Since(lastRenewal); took < testLease || took > want+time.Millisecond {
+			t.Fatalf("b raised %v after a's last renewal, want the lease plus the jitter, %v", took, want)
+		}
+	})
+}

@@ -76,8 +76,10 @@ type Store interface {
 // ReleaseNotifier is implemented by stores that can tell waiting processes
 // at once that a flag was released, so that a graceful handover does not
 // wait for the next poll. The postgres store implements it with
-// LISTEN/NOTIFY; the sqlite and memory stores notify the flags of the same
-// process.
+// LISTEN/NOTIFY; the memory store notifies the flags of the same process;
+// the sqlite store notifies the flags of the same process and, on Linux,
+// those of other processes through a file watcher, as a hint it does not
+// claim (no NotifiesOtherProcesses method).
 //
 // A store whose notifications reach the flags of every process sharing the
 // database, not only those of the same Store value, also has the method

@@ -102,7 +102,22 @@ type benchResult struct {
 	name   string
 	ns     []float64
 	allocs []int64
-	err    error
+	// base is the ns/op of a bare time.Since, timed in the same way
+	// (serial or parallel) right after each repetition of ns.
+	base []float64
+	err  error
+}
+
+// ratios returns ns/op divided by the baseline's, repetition by
+// repetition.
+func (br benchResult) ratios() []float64 {
+	out := make([]float64, 0, len(br.ns))
+	for i := range min(len(br.ns), len(br.base)) {
+		if br.base[i] > 0 {
+			out = append(out, br.ns[i]/br.base[i])
+		}
+	}
+	return out
 }
 
 // raisedBenchmarks times Raised() of both flags with the testing harness,
@@ -117,31 +132,45 @@ func raisedReps(o options) int {
 	return 5
 }
 
+// Each repetition is followed by the same benchmark of a bare
+// time.Since, the cost of one monotonic clock read, so that Raised() is
+// also reported as a ratio to it, measured under the same conditions.
 func raisedBenchmarks(ctx context.Context, o options, pg *target, runID string) []benchResult {
 	_ = flag.Set("test.benchtime", o.benchtime)
 	reps := raisedReps(o)
+	serialBench := func(fn func() bool) testing.BenchmarkResult {
+		return testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = fn()
+			}
+		})
+	}
+	parallelBench := func(fn func() bool) testing.BenchmarkResult {
+		return testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_ = fn()
+				}
+			})
+		})
+	}
+	origin := time.Now()
+	since := func() bool { return time.Since(origin) < 0 }
+	perOp := func(r testing.BenchmarkResult) float64 { return float64(r.T.Nanoseconds()) / float64(r.N) }
 	run := func(name string, raised func() bool) []benchResult {
 		serial := benchResult{name: name + " serial"}
 		par := benchResult{name: name + fmt.Sprintf(" parallel (%d goroutines)", runtime.GOMAXPROCS(0))}
 		for range reps {
-			s := testing.Benchmark(func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					_ = raised()
-				}
-			})
-			serial.ns = append(serial.ns, float64(s.T.Nanoseconds())/float64(s.N))
+			s := serialBench(raised)
+			serial.ns = append(serial.ns, perOp(s))
 			serial.allocs = append(serial.allocs, s.AllocsPerOp())
-			p := testing.Benchmark(func(b *testing.B) {
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						_ = raised()
-					}
-				})
-			})
-			par.ns = append(par.ns, float64(p.T.Nanoseconds())/float64(p.N))
+			serial.base = append(serial.base, perOp(serialBench(since)))
+			p := parallelBench(raised)
+			par.ns = append(par.ns, perOp(p))
 			par.allocs = append(par.allocs, p.AllocsPerOp())
+			par.base = append(par.base, perOp(parallelBench(since)))
 		}
 		return []benchResult{serial, par}
 	}

@@ -87,7 +87,7 @@ func (r *report) markdown() string {
 	p("")
 	p("How the two flags decide, from their source:")
 	p("")
-	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (Lease/3; capped at 2 s on MySQL and SQLite, whose releases are not notified to other processes), and on PostgreSQL at once on the NOTIFY a release sends. `Close` releases the row.")
+	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (Lease/3; capped at 2 s on MySQL and SQLite, which do not claim that their release notifications reach other processes), on PostgreSQL at once on the NOTIFY a release sends, and on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`). `Close` releases the row.")
 	p("- peer: every check runs `select now()`, then `select … from leadership_flags`, then an `update` when it holds or takes over (3 statements for the holder, 2 for a follower); checks every Interval/2 ± 20 %%; a follower takes over once the holder's timestamp is older than Interval. `Close` only stops the loop: it neither releases the row nor lowers `Raised()`, and a stalled holder stays raised until its next check.")
 	p("")
 
@@ -119,7 +119,7 @@ func (r *report) markdown() string {
 	// (2)
 	p("## 2. Graceful handover")
 	p("")
-	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, MySQL and SQLite by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
+	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, SQLite by its file watcher, MySQL by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
 	p("")
 	head("database", "flag", "handovers", "median", "min", "max")
 	for _, c := range r.graceful {
@@ -175,16 +175,22 @@ func (r *report) markdown() string {
 	// (4)
 	p("## 4. `Raised()` cost")
 	p("")
-	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, %d repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL.", r.opts.benchtime, raisedReps(r.opts))
+	p("Go's benchmark harness (`testing.Benchmark`, benchtime %s) in the bench binary, %d repetitions (median, min, max). Ours is built on the in-memory store (`Raised` never touches the store); the peer's on PostgreSQL. Each repetition is followed by the same benchmark (serial or parallel) of a bare `time.Since(t0)`, one read of the monotonic clock; the ratio column divides each repetition's ns/op by that baseline's (median, min, max of the ratios).", r.opts.benchtime, raisedReps(r.opts))
 	p("")
-	head("benchmark", "ns/op median", "min", "max", "allocs/op")
+	head("benchmark", "ns/op median", "min", "max", "allocs/op", "`time.Since` ns/op median", "ratio to `time.Since` median", "min", "max")
 	for _, br := range r.raised {
 		if br.err != nil || len(br.ns) == 0 {
-			p("| %s | not measured: %v | | | |", br.name, br.err)
+			p("| %s | not measured: %v | | | | | | | |", br.name, br.err)
 			continue
 		}
 		m, lo, hi := spread(br.ns)
-		p("| %s | %.2f | %.2f | %.2f | %d |", br.name, m, lo, hi, slices.Max(br.allocs))
+		base, ratio := "", "| | |"
+		if rs := br.ratios(); len(rs) > 0 {
+			bm, _, _ := spread(br.base)
+			rm, rlo, rhi := spread(rs)
+			base, ratio = fmt.Sprintf("%.2f", bm), fmt.Sprintf("%.2f× | %.2f× | %.2f×", rm, rlo, rhi)
+		}
+		p("| %s | %.2f | %.2f | %.2f | %d | %s | %s |", br.name, m, lo, hi, slices.Max(br.allocs), base, ratio)
 	}
 	if r.rootBench != "" {
 		p("")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,10 @@ func fixedReport(quick bool) *report {
 		started:   time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC),
 		finished:  time.Date(2026, 1, 2, 4, 5, 0, 0, time.UTC),
 		loadStart: "1 2 3", loadEnd: "4 5 6", machine: "M",
-		targets:   []target{{"postgres", "d", "PG"}, {"mysql", "d", "MY"}},
-		notes:     []string{"n1"},
-		raised:    []benchResult{{name: "a", ns: []float64{3, 1, 2, 4}, allocs: []int64{0, 1}}, {name: "b", err: boom}},
+		targets: []target{{"postgres", "d", "PG"}, {"mysql", "d", "MY"}},
+		notes:   []string{"n1"},
+		raised: []benchResult{{name: "a", ns: []float64{3, 1, 2, 4}, allocs: []int64{0, 1}, base: []float64{3, 2, 1, 2}},
+			{name: "c", ns: []float64{5}, allocs: []int64{0}}, {name: "b", err: boom}},
 		rootBench: "BenchmarkX 1 ns/op",
 		crash: []result{
 			{db: "postgres", impl: "ours", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms, 1601 * ms}},
@@ -80,5 +82,16 @@ func TestMarkdown(t *testing.T) {
 		if got != string(want) {
 			t.Errorf("markdown() differs from %s (go test -run Markdown -update rewrites it after a deliberate change); got:\n%s", path, got)
 		}
+	}
+}
+
+// TestRatiosDivideEachRepetitionByItsOwnBaseline checks the Raised()
+// ratio: repetition by repetition, skipping a missing or zero baseline.
+func TestRatiosDivideEachRepetitionByItsOwnBaseline(t *testing.T) {
+	br := benchResult{ns: []float64{30, 26, 40, 9}, base: []float64{30, 13, 0}}
+	got := br.ratios()
+	want := []float64{1, 2}
+	if !slices.Equal(got, want) {
+		t.Errorf("ratios() = %v, want %v", got, want)
 	}
 }

@@ -82,14 +82,26 @@
 //
 // # Notifications
 //
-// Releases wake the flags of the same [Store] at once; flags in other
-// processes notice a release at their next poll.
+// Releases wake the flags of the same [Store] at once. On Linux, flags in
+// other processes sharing the file are woken too, by one watcher per
+// Store: a file-change signal (inotify) on the database file and its
+// -wal file, confirmed by PRAGMA data_version and one read of the free
+// rows on a connection of the Store's pool. The watcher costs no
+// statement while nothing is written; per commit of another connection
+// (a renewal, an attempt that wrote), up to ten reads of data_version
+// (no table read, no disk I/O) and one SELECT of the free rows, per
+// Store, whatever its number of flags. It is a hint the flags do not rely on: a lost
+// signal leaves them to their poll (at most 2 s at the default poll
+// interval), so the Store does not report that its notifications reach
+// other processes. No watcher runs for an in-memory database or a pool
+// limited to one connection.
 package sqlite
 
 import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -106,6 +118,12 @@ type Store struct {
 	hub      notify.Hub
 	tb       *timebase
 	migrated schema.Once
+
+	// The watcher (watch.go): running while wsubs > 0.
+	wmu     sync.Mutex
+	wsubs   int
+	wstop   func()
+	wexited chan struct{}
 }
 
 var (

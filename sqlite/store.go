@@ -173,9 +173,3 @@ FROM leadership_flags ORDER BY name`)
 	}
 	return out, s.tb.at(now.host), nil
 }
-
-// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
-// store (this process only).
-func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(name)
-}

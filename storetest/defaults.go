@@ -18,7 +18,9 @@ import (
 // NotifiesOtherProcesses of [leadership.ReleaseNotifier]). When the
 // follower's store then reports that its notifications arrive, the
 // handover must come from the notification, well before the next poll;
-// when it does not, within the capped poll interval.
+// when it does not, within the capped poll interval. A store whose
+// notifications arrive then hands over back the same way, to a new flag
+// on the first store.
 func runDefaults(t *testing.T, open Open) {
 	t.Run("DefaultSettingsHandOver", func(t *testing.T) {
 		t.Parallel()
@@ -64,6 +66,30 @@ func runDefaults(t *testing.T, open Open) {
 		t.Logf("graceful handover at the default settings took %v (poll interval %v, store notifies other processes: %v)", took, poll, crossProcess)
 		if crossProcess && took > poll/5 {
 			t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
+		}
+		if !crossProcess {
+			return
+		}
+		// Back the other way, to a new flag on the first store, whose
+		// notifications stopped with its last flag and start again: each
+		// "process" of a store that claims notifications both sends and
+		// receives them.
+		back := build(store)
+		if !notifiesWithin(store, 10*time.Second) {
+			t.Fatal("the first store no longer reports that its notifications reach it after its flags were closed and a new one built")
+		}
+		time.Sleep(300 * time.Millisecond)
+		closed = time.Now()
+		if err := follower.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if got := mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack, follower); got != back {
+			t.Fatal("another flag than the new one on the first store took over")
+		}
+		took = time.Since(closed)
+		t.Logf("graceful handover back to the first store took %v", took)
+		if took > poll/5 {
+			t.Errorf("graceful handover back took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
 		}
 	})
 }

@@ -1,0 +1,180 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"time"
+)
+
+// The watcher carries releases across processes. One runs per [Store]
+// while any flag of the store waits for releases (the first subscription
+// starts it, the last one to end stops it). It holds one connection of
+// the store's pool and no other resource of the database:
+//
+//   - A file-change signal of the operating system (inotify on Linux, on
+//     the directory of the database file, for the file and its -wal
+//     file) wakes it when any process writes the database. It costs no
+//     statement while nothing is written.
+//   - On a signal it reads PRAGMA data_version on its connection, which
+//     changes only when another connection has committed (no table is
+//     read). SQLite writes a commit's frames to the -wal file before the
+//     commit becomes visible (after the fsync), so the signal usually
+//     arrives early: the watcher reads data_version again 1, 2, 4, …,
+//     256 ms after the last signal (ten reads at most per signal; a
+//     change seen does not stop them, since the kernel merges the
+//     signals of two writes that follow each other closely, and the
+//     second commit may become visible after the first).
+//   - When data_version has changed, one SELECT lists the free rows
+//     (holder ''), and the flags of this store that wait on a row that
+//     has become free since the last look (a new (name, version) pair)
+//     are woken, as a release in this process wakes them.
+//
+// The signal is a hint: a writer that stalls for longer than the last
+// recheck between writing its commit and making it visible, a file
+// system without change notifications, or a system other than Linux
+// leave the flags to their poll, so the store does not report that its
+// notifications reach other processes (NotifiesOtherProcesses), and the
+// default poll interval stays capped at 2 s.
+
+// recheckLimit is the last re-read of data_version after a file-change
+// signal.
+const recheckLimit = 256 * time.Millisecond
+
+// NotifyReleases implements [leadership.ReleaseNotifier]: releases by
+// flags of this store wake its flags at once; releases by other processes
+// sharing the file wake them through the store's watcher (see the package
+// documentation), a hint on which the flags do not rely.
+func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	ch, unsubscribe := s.hub.Subscribe(name)
+	s.wmu.Lock()
+	s.wsubs++
+	if s.wsubs == 1 {
+		// The previous watcher, if any, has exited: the end of the last
+		// subscription waited for it under s.wmu.
+		ctx, stop := context.WithCancel(context.Background())
+		s.wstop, s.wexited = stop, make(chan struct{})
+		go s.watch(ctx, s.wexited)
+	}
+	s.wmu.Unlock()
+	var done bool
+	return ch, func() {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if done {
+			return
+		}
+		done = true
+		unsubscribe()
+		s.wsubs--
+		if s.wsubs == 0 {
+			s.wstop()
+			<-s.wexited
+		}
+	}
+}
+
+// watch runs the watcher until ctx ends. It does nothing (the flags poll)
+// for an in-memory database, a pool limited to one connection (the
+// watcher's would starve the flags), or where file-change signals are not
+// available.
+func (s *Store) watch(ctx context.Context, exited chan<- struct{}) {
+	defer close(exited)
+	if s.db.Stats().MaxOpenConnections == 1 {
+		return
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	var path string
+	err = conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path)
+	if err != nil || path == "" {
+		return // in memory, or a temporary database: no file to watch
+	}
+	signals, stop, err := fileChanges(filepath.Dir(path), filepath.Base(path))
+	if err != nil {
+		return
+	}
+	defer stop()
+	w := watcher{s: s, conn: conn}
+	if !w.check(ctx) {
+		return
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var delay time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-signals:
+			if !ok {
+				return
+			}
+			delay = time.Millisecond
+		case <-timer.C:
+			delay *= 2
+		}
+		if !w.check(ctx) {
+			return
+		}
+		if delay <= recheckLimit {
+			timer.Reset(delay)
+		}
+	}
+}
+
+// watcher is the state of one watch.
+type watcher struct {
+	s       *Store
+	conn    *sql.Conn
+	looked  bool             // whether a look has been made
+	version int64            // data_version at the last look
+	free    map[string]int64 // free rows at the last look: name → version
+}
+
+// check wakes the flags waiting on rows freed since the last look, if
+// another connection has committed since. It reports false when the
+// connection failed (the watcher then stops; the flags poll).
+func (w *watcher) check(ctx context.Context) bool {
+	var v int64
+	if err := w.conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
+		return false
+	}
+	if w.looked && v == w.version {
+		return true
+	}
+	first := !w.looked
+	w.looked, w.version = true, v
+	rows, err := w.conn.QueryContext(ctx, `SELECT name, version FROM leadership_flags WHERE holder = ''`)
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	free := make(map[string]int64, len(w.free))
+	for rows.Next() {
+		var name string
+		var version int64
+		if err := rows.Scan(&name, &version); err != nil {
+			return false
+		}
+		free[name] = version
+	}
+	if rows.Err() != nil {
+		return false
+	}
+	if !first {
+		for _, name := range w.s.hub.Names() {
+			if version, ok := free[name]; ok {
+				if was, seen := w.free[name]; !seen || was != version {
+					w.s.hub.Notify(name)
+				}
+			}
+		}
+	}
+	w.free = free
+	return true
+}
