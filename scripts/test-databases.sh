@@ -68,6 +68,7 @@ command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)   # the fenced shell job of docs/fencing/sqlite3.sh
 if ((${#missing[@]})); then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive

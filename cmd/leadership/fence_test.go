@@ -27,7 +27,7 @@ const formerTerm = `LEADERSHIP_TOKEN=$((LEADERSHIP_TOKEN - 1)) exec sh "$0" "$@"
 // commits; with a former term's token it fails and writes nothing.
 func TestShellJobFencesWithSQLite3(t *testing.T) {
 	if _, err := exec.LookPath("sqlite3"); err != nil {
-		t.Skip("the sqlite3 command-line shell is not installed")
+		testdb.Unavailable(t, "the sqlite3 command-line shell (Debian package sqlite3)", "PATH", err.Error())
 	}
 	script, err := filepath.Abs("../../docs/fencing/sqlite3.sh")
 	if err != nil {
@@ -58,7 +58,7 @@ func TestShellJobFencesWithSQLite3(t *testing.T) {
 // PostgreSQL and docs/fencing/psql.sh, in a schema of the test's own.
 func TestShellJobFencesWithPsql(t *testing.T) {
 	if _, err := exec.LookPath("psql"); err != nil {
-		t.Skip("psql is not installed")
+		testdb.Unavailable(t, "psql (Debian package postgresql-client)", "PATH", err.Error())
 	}
 	script, err := filepath.Abs("../../docs/fencing/psql.sh")
 	if err != nil {
