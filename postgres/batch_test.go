@@ -18,94 +18,96 @@ import (
 // process loses each name and learns its holder, renewals keep the
 // version, two requests of one store for one name in one burst make one
 // winner, and takeovers after expiry increase it by
-// one. It runs directly and through PgBouncer in transaction mode with the
-// simple protocol, where a batch is one multi-statement query.
+// one.
 func TestBatchedAttemptsKeepEveryRule(t *testing.T) {
 	t.Parallel()
-	dsns := map[string]func(t *testing.T) string{
-		"direct":    func(t *testing.T) string { return schemaDSN(t, testdb.Postgres(t)) },
-		"pgbouncer": func(t *testing.T) string { return bouncer(t, "simple_protocol") },
+	checkBatchedAttempts(t, schemaDSN(t, testdb.Postgres(t)))
+}
+
+// TestBatchedAttemptsThroughPgBouncer is the same through PgBouncer in
+// transaction mode with the simple protocol, where a batch is one
+// multi-statement query.
+func TestBatchedAttemptsThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	checkBatchedAttempts(t, bouncer(t, "simple_protocol"))
+}
+
+func checkBatchedAttempts(t *testing.T, dsn string) {
+	t.Helper()
+	a, b := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
+	if err := a.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	for name, dsn := range dsns {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			dsn := dsn(t)
-			a, b := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
-			if err := a.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			const n = 400
-			names := make([]string, n)
-			prefix := randomHex()
-			for i := range names {
-				names[i] = fmt.Sprintf("batch-%s-%03d", prefix, i)
-			}
-			burst := func(s *postgres.Store, holder string, version func(i int) int64, lease time.Duration) []leadership.Result {
-				t.Helper()
-				out := make([]leadership.Result, n)
-				var wg sync.WaitGroup
-				for i := range names {
-					wg.Go(func() {
-						res, err := s.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Version: version(i), Lease: lease})
-						if err != nil {
-							t.Errorf("acquire %s: %v", names[i], err)
-						}
-						out[i] = res
-					})
-				}
-				wg.Wait()
-				return out
-			}
-			zero := func(int) int64 { return 0 }
-			for i, res := range burst(a, "a", zero, 500*time.Millisecond) {
-				if !res.Acquired || res.Version != 1 || res.Holder != "a" {
-					t.Fatalf("first acquisition of %s = %+v, want a at version 1", names[i], res)
-				}
-			}
-			for i, res := range burst(b, "b", zero, 500*time.Millisecond) {
-				if res.Acquired || res.Holder != "a" || res.Version != 1 || !res.ExpiresAt.After(res.Now) {
-					t.Fatalf("attempt of another process on %s = %+v, want lost to a, version 1, unexpired", names[i], res)
-				}
-			}
-			first := burst(a, "a", func(int) int64 { return 1 }, 500*time.Millisecond)
-			for i, res := range first {
-				if !res.Acquired || res.Version != 1 {
-					t.Fatalf("renewal of %s = %+v, want renewed at version 1", names[i], res)
-				}
-			}
-			time.Sleep(600 * time.Millisecond)
-			// Two requests per name at once on one store: one wins.
-			var wg sync.WaitGroup
-			results := make([][2]leadership.Result, n)
-			for i := range names {
-				for j, holder := range []string{"b1", "b2"} {
-					wg.Go(func() {
-						res, err := b.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Lease: time.Minute})
-						if err != nil {
-							t.Errorf("takeover of %s: %v", names[i], err)
-						}
-						results[i][j] = res
-					})
-				}
-			}
-			wg.Wait()
-			for i, r := range results {
-				if r[0].Acquired == r[1].Acquired {
-					t.Fatalf("takeover of %s by two requests of one store: %+v and %+v, want exactly one winner", names[i], r[0], r[1])
-				}
-				won := r[0]
-				if r[1].Acquired {
-					won = r[1]
-				}
-				if won.Version != 2 {
-					t.Fatalf("takeover of %s at version %d, want 2", names[i], won.Version)
-				}
-			}
-			batches, statements := b.BatchStats()
-			if batches >= statements {
-				t.Fatalf("store b sent %d statements in %d batches: the bursts were never batched", statements, batches)
-			}
-			t.Logf("store b: %d statements in %d batches", statements, batches)
-		})
+	const n = 400
+	names := make([]string, n)
+	prefix := randomHex()
+	for i := range names {
+		names[i] = fmt.Sprintf("batch-%s-%03d", prefix, i)
 	}
+	burst := func(s *postgres.Store, holder string, version func(i int) int64, lease time.Duration) []leadership.Result {
+		t.Helper()
+		out := make([]leadership.Result, n)
+		var wg sync.WaitGroup
+		for i := range names {
+			wg.Go(func() {
+				res, err := s.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Version: version(i), Lease: lease})
+				if err != nil {
+					t.Errorf("acquire %s: %v", names[i], err)
+				}
+				out[i] = res
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	zero := func(int) int64 { return 0 }
+	for i, res := range burst(a, "a", zero, 500*time.Millisecond) {
+		if !res.Acquired || res.Version != 1 || res.Holder != "a" {
+			t.Fatalf("first acquisition of %s = %+v, want a at version 1", names[i], res)
+		}
+	}
+	for i, res := range burst(b, "b", zero, 500*time.Millisecond) {
+		if res.Acquired || res.Holder != "a" || res.Version != 1 || !res.ExpiresAt.After(res.Now) {
+			t.Fatalf("attempt of another process on %s = %+v, want lost to a, version 1, unexpired", names[i], res)
+		}
+	}
+	first := burst(a, "a", func(int) int64 { return 1 }, 500*time.Millisecond)
+	for i, res := range first {
+		if !res.Acquired || res.Version != 1 {
+			t.Fatalf("renewal of %s = %+v, want renewed at version 1", names[i], res)
+		}
+	}
+	time.Sleep(600 * time.Millisecond)
+	// Two requests per name at once on one store: one wins.
+	var wg sync.WaitGroup
+	results := make([][2]leadership.Result, n)
+	for i := range names {
+		for j, holder := range []string{"b1", "b2"} {
+			wg.Go(func() {
+				res, err := b.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Lease: time.Minute})
+				if err != nil {
+					t.Errorf("takeover of %s: %v", names[i], err)
+				}
+				results[i][j] = res
+			})
+		}
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r[0].Acquired == r[1].Acquired {
+			t.Fatalf("takeover of %s by two requests of one store: %+v and %+v, want exactly one winner", names[i], r[0], r[1])
+		}
+		won := r[0]
+		if r[1].Acquired {
+			won = r[1]
+		}
+		if won.Version != 2 {
+			t.Fatalf("takeover of %s at version %d, want 2", names[i], won.Version)
+		}
+	}
+	batches, statements := b.BatchStats()
+	if batches >= statements {
+		t.Fatalf("store b sent %d statements in %d batches: the bursts were never batched", statements, batches)
+	}
+	t.Logf("store b: %d statements in %d batches", statements, batches)
 }
