@@ -46,6 +46,10 @@ const fenceSQL = `SELECT holder, version FROM leadership_flags WHERE name = $1 F
 // renew interval. A holder stopped (SIGSTOP) inside a fenced transaction
 // holds the takeover off until it resumes or its connection dies; set
 // idle_in_transaction_session_timeout to bound that.
+// Since the attempts of the flags of one Store travel in batches (see
+// batch.go), an attempt waiting on the lock also delays the attempts
+// batched with it, of other flags of that Store, in this process and in
+// followers: one more reason to keep fenced transactions short.
 //
 // Fence never retries; a serialization failure or deadlock is returned
 // as it is (see [RunFenced]).
