@@ -78,21 +78,8 @@ func Fence(ctx context.Context, tx *sql.Tx, leader leadership.Leader) error {
 // fn must have no effect outside the transaction. A failed commit whose
 // outcome is unknown (a broken connection) is returned, never retried.
 func RunFenced(ctx context.Context, db *sql.DB, leader leadership.Leader, fn func(*sql.Tx) error) error {
-	return sqlstore.RetryTx(ctx, retryTx, func() error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := Fence(ctx, tx, leader); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	})
+	fence := func(ctx context.Context, tx *sql.Tx) error { return Fence(ctx, tx, leader) }
+	return sqlstore.RunFencedTx(ctx, db, retryTx, fence, fn)
 }
 
 // retryTx reports whether err asks for the whole transaction to run

@@ -87,21 +87,8 @@ func Fence(ctx context.Context, tx *sql.Tx, leader leadership.Leader) error {
 // transaction again, fence included, up to five times in all, so fn must
 // have no effect outside the transaction.
 func RunFenced(ctx context.Context, db *sql.DB, leader leadership.Leader, fn func(*sql.Tx) error) error {
-	return sqlstore.RetryTx(ctx, busy, func() error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := Fence(ctx, tx, leader); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	})
+	fence := func(ctx context.Context, tx *sql.Tx) error { return Fence(ctx, tx, leader) }
+	return sqlstore.RunFencedTx(ctx, db, busy, fence, fn)
 }
 
 // busy reports whether err is SQLITE_BUSY or one of its extended codes

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -66,4 +67,27 @@ func NotLeader(t leadership.Term, found bool, holder string, version int64) erro
 	}
 	return fmt.Errorf("%w: fence: flag %q is held by %q at version %d, not by %q at version %d",
 		leadership.ErrNotLeader, t.Name, holder, version, t.Holder, t.Version)
+}
+
+// RunFencedTx is the body of the database/sql stores' RunFenced: it runs
+// fn in a transaction of db fenced first by fence, commits it, rolls it
+// back when the fence or fn fails, and runs it all again while retryable
+// says the database asks for it (see [RetryTx]).
+func RunFencedTx(ctx context.Context, db *sql.DB, retryable func(error) bool,
+	fence func(context.Context, *sql.Tx) error, fn func(*sql.Tx) error) error {
+	return RetryTx(ctx, retryable, func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fence(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
 }
