@@ -14,8 +14,8 @@ import (
 // postgres and mysql stores, so the simulation and the storetest suite can
 // check the design on it.
 //
-// Two additions to docs/failover.md, each closing a hole that the
-// simulation found (sim_test.go's mutants show them):
+// Two of those rules close holes that the simulation found in a first
+// draft of docs/failover.md (sim_test.go's mutants show them):
 //
 // Migrate writes the guard record's incarnation, as the creation of a
 // schema would. Under the rules alone
