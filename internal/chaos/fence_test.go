@@ -242,30 +242,28 @@ func readRows(t *testing.T, o *storeopen.Opened, table string) []fenceRow {
 	t.Helper()
 	ctx := context.Background()
 	q := `SELECT id, token, seq, holder FROM ` + table + ` ORDER BY id`
-	var out []fenceRow
+	// rows is what pgx.Rows and *sql.Rows have in common.
+	var rows interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+	}
 	if o.Kind == storeopen.Postgres {
-		rows, err := o.Pool.Query(ctx, q)
+		r, err := o.Pool.Query(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r fenceRow
-			if err := rows.Scan(&r.id, &r.token, &r.seq, &r.holder); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, r)
-		}
-		if err := rows.Err(); err != nil {
+		defer r.Close()
+		rows = r
+	} else {
+		r, err := o.DB.QueryContext(ctx, q)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return out
+		defer r.Close()
+		rows = r
 	}
-	rows, err := o.DB.QueryContext(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
+	var out []fenceRow
 	for rows.Next() {
 		var r fenceRow
 		if err := rows.Scan(&r.id, &r.token, &r.seq, &r.holder); err != nil {
