@@ -51,22 +51,14 @@ const fenceSQL = `SELECT holder, version FROM leadership_flags WHERE name = ? LO
 // Fence never retries; a deadlock or lock wait timeout is returned as it
 // is (see [RunFenced]).
 func Fence(ctx context.Context, tx *sql.Tx, leader leadership.Leader) error {
-	t, err := sqlstore.Leading(leader)
-	if err != nil {
-		return err
+	read := func(name string) (holder string, version int64, err error) {
+		err = tx.QueryRowContext(ctx, fenceSQL, name).Scan(&holder, &version)
+		return holder, version, err
 	}
-	var holder string
-	var version int64
-	err = tx.QueryRowContext(ctx, fenceSQL, t.Name).Scan(&holder, &version)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return sqlstore.NotLeader(t, false, "", 0)
-	case err != nil:
-		return describe("fence "+sqlstore.Quote(t.Name), err)
-	case holder != t.Holder || version != t.Version:
-		return sqlstore.NotLeader(t, true, holder, version)
-	}
-	return nil
+	noRows := func(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+	return sqlstore.CheckFence(leader, read, noRows, func(name string, err error) error {
+		return describe("fence "+sqlstore.Quote(name), err)
+	})
 }
 
 // RunFenced runs fn in a transaction of db fenced by [Fence] first, and

@@ -54,22 +54,14 @@ const fenceSQL = `SELECT holder, version FROM leadership_flags WHERE name = $1 F
 // Fence never retries; a serialization failure or deadlock is returned
 // as it is (see [RunFenced]).
 func Fence(ctx context.Context, tx pgx.Tx, leader leadership.Leader) error {
-	t, err := sqlstore.Leading(leader)
-	if err != nil {
-		return err
+	read := func(name string) (holder string, version int64, err error) {
+		err = tx.QueryRow(ctx, fenceSQL, name).Scan(&holder, &version)
+		return holder, version, err
 	}
-	var holder string
-	var version int64
-	err = tx.QueryRow(ctx, fenceSQL, t.Name).Scan(&holder, &version)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return sqlstore.NotLeader(t, false, "", 0)
-	case err != nil:
-		return describe("fence "+sqlstore.Quote(t.Name), err)
-	case holder != t.Holder || version != t.Version:
-		return sqlstore.NotLeader(t, true, holder, version)
-	}
-	return nil
+	noRows := func(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+	return sqlstore.CheckFence(leader, read, noRows, func(name string, err error) error {
+		return describe("fence "+sqlstore.Quote(name), err)
+	})
 }
 
 // Beginner begins transactions: [*pgxpool.Pool], [*pgx.Conn].

@@ -91,3 +91,27 @@ func RunFencedTx(ctx context.Context, db *sql.DB, retryable func(error) bool,
 		return tx.Commit()
 	})
 }
+
+// CheckFence is the body of a store's Fence that reads the flag's row
+// under a lock: read reads holder and version of the row named, noRows
+// tells the driver's "no row" error, and describe wraps any other error
+// with the flag's name.
+// It returns nil when the row names the term leader leads, else an error
+// wrapping [leadership.ErrNotLeader].
+func CheckFence(leader leadership.Leader, read func(name string) (holder string, version int64, err error),
+	noRows func(error) bool, describe func(name string, err error) error) error {
+	t, err := Leading(leader)
+	if err != nil {
+		return err
+	}
+	holder, version, err := read(t.Name)
+	switch {
+	case err != nil && noRows(err):
+		return NotLeader(t, false, "", 0)
+	case err != nil:
+		return describe(t.Name, err)
+	case holder != t.Holder || version != t.Version:
+		return NotLeader(t, true, holder, version)
+	}
+	return nil
+}
