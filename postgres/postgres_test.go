@@ -40,19 +40,11 @@ func newStore(t testing.TB, pool *pgxpool.Pool) *postgres.Store {
 	return s
 }
 
-// schemaDSN creates a fresh schema and returns dsn with search_path set to
-// it, so a test gets tables of its own.
+// schemaDSN creates a fresh schema on the server of dsn and returns dsn
+// with search_path set to it, so a test gets tables of its own.
 func schemaDSN(t testing.TB, dsn string) string {
 	t.Helper()
-	schema := "lt_" + randomHex()
-	admin := newPool(t, dsn)
-	if _, err := admin.Exec(context.Background(), `CREATE SCHEMA `+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
-	})
-	return withParam(t, dsn, "search_path", schema)
+	return testdb.PostgresSchema(t, dsn)
 }
 
 // withParam returns dsn with the run-time parameter key set to value.

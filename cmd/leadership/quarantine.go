@@ -54,12 +54,8 @@ func quarantineCommand(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return report(stderr, err, exitFailure)
 	}
-	_, now, err := q.QuarantinedUntil(ctx)
-	if err != nil {
-		return report(stderr, err, exitFailure)
-	}
-	fmt.Fprintf(stdout, "no new term starts for %v (until %s by the database clock); holders keep renewing\n",
-		until.Sub(now).Round(time.Millisecond), until.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(stdout, "no new term starts before %s by the database clock (at least %v from now); holders keep renewing\n",
+		until.UTC().Format(time.RFC3339Nano), *d)
 	return exitOK
 }
 

@@ -17,7 +17,12 @@ import (
 // version are its own.
 func FreshPostgres(t testing.TB) string {
 	t.Helper()
-	dsn := Postgres(t)
+	return PostgresSchema(t, Postgres(t))
+}
+
+// PostgresSchema is [FreshPostgres] on the server of dsn.
+func PostgresSchema(t testing.TB, dsn string) string {
+	t.Helper()
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	schema := "lt_" + hex.EncodeToString(b[:])
