@@ -8,7 +8,13 @@
 // connection pool, as a separate process would have, so the suite can
 // compete several "processes" for one flag. Tests isolate themselves by
 // using fresh, random flag names, so the database may be shared with other
-// tests and need not be empty.
+// tests and need not be empty. It must have no failover history, though:
+// after the store's failover guard saw a new server incarnation (a crash
+// recovery, a promotion; see docs/failover.md) new terms are held for a
+// lease and numbered from the database clock, and the suite's checks of
+// "version 1" and of prompt takeovers fail. Run it on a database or schema
+// created after the server's last unclean restart
+// (scripts/test-databases.sh recreates its databases on every run).
 package storetest
 
 import (
