@@ -61,23 +61,27 @@ func checkBatchedAttempts(t *testing.T, dsn string) {
 		return out
 	}
 	zero := func(int) int64 { return 0 }
-	for i, res := range burst(a, "a", zero, 500*time.Millisecond) {
+	// Long leases until the renewal, which shortens them: a burst of 400
+	// attempts may take longer than a short lease on a loaded machine,
+	// and b's attempts must find every term unexpired.
+	const long, short = time.Minute, 300 * time.Millisecond
+	for i, res := range burst(a, "a", zero, long) {
 		if !res.Acquired || res.Version != 1 || res.Holder != "a" {
 			t.Fatalf("first acquisition of %s = %+v, want a at version 1", names[i], res)
 		}
 	}
-	for i, res := range burst(b, "b", zero, 500*time.Millisecond) {
+	for i, res := range burst(b, "b", zero, long) {
 		if res.Acquired || res.Holder != "a" || res.Version != 1 || !res.ExpiresAt.After(res.Now) {
 			t.Fatalf("attempt of another process on %s = %+v, want lost to a, version 1, unexpired", names[i], res)
 		}
 	}
-	first := burst(a, "a", func(int) int64 { return 1 }, 500*time.Millisecond)
+	first := burst(a, "a", func(int) int64 { return 1 }, short)
 	for i, res := range first {
 		if !res.Acquired || res.Version != 1 {
 			t.Fatalf("renewal of %s = %+v, want renewed at version 1", names[i], res)
 		}
 	}
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(2 * short) // every renewed term has expired
 	// Two requests per name at once on one store: one wins.
 	var wg sync.WaitGroup
 	results := make([][2]leadership.Result, n)
