@@ -71,13 +71,16 @@ func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.c.renewInt
 // PollInterval bounds how long a follower waits between attempts, so it
 // notices a release quickly even without a push notification. Followers
 // otherwise schedule their attempt for the holder's expiry. Optional;
-// default Lease/3, at most 2 s unless the store notifies releases to
+// default Lease/3, at most 2 s, unless the store notifies releases to
 // other processes (see [ReleaseNotifier]; the postgres store does): there
-// a release wakes followers at once, so the poll only covers a broken
-// notification path and stays at Lease/3. The store is asked before each
-// wait, and the 2 s cap applies whenever it reports its notifications
-// unavailable. A flag logs the value it uses, before that cap, in its
-// "flag starting" record at Debug level.
+// a release wakes followers at once and a crashed holder is replaced at
+// its expiry anyway, so a follower has no reason to ask earlier, and the
+// default is Lease: a follower attempts about once per lease, at the
+// holder's expiry (plus jitter), and the poll only bounds the wait after a
+// lost notification. The store is asked before each wait, and the 2 s cap
+// applies whenever it reports its notifications unavailable. A flag logs
+// the value it uses, before that cap, in its "flag starting" record at
+// Debug level.
 func (b *FlagBuilder) PollInterval(d time.Duration) *FlagBuilder { b.c.pollInterval = d; return b }
 
 // Timeout bounds each database call (acquire, renew, release). Optional;
@@ -261,12 +264,13 @@ func (b *FlagBuilder) config() (config, error) {
 	return c, errors.Join(errs...)
 }
 
-// defaultPollInterval is Lease/3, capped at maxDefaultPollInterval unless
-// the store can notify releases to other processes; whether its
-// notifications arrive is asked before each wait (Flag.pollInterval).
+// defaultPollInterval is Lease on a store that can notify releases to
+// other processes (whether its notifications arrive is asked before each
+// wait, Flag.pollInterval, which caps the wait at maxDefaultPollInterval
+// while they do not), else Lease/3 capped at maxDefaultPollInterval.
 func defaultPollInterval(store Store, lease time.Duration) time.Duration {
 	if _, ok := store.(processNotifier); ok {
-		return lease / 3
+		return lease
 	}
 	return min(lease/3, maxDefaultPollInterval)
 }

@@ -63,17 +63,18 @@
 //     for the holder's expiry by the database clock (plus Jitter) and poll at
 //     least every PollInterval, so a crashed holder is replaced about one
 //     lease after its last renewal. PollInterval is Lease/3 by default,
-//     capped at 2 s unless the store reports, when asked before each wait,
-//     that its release notifications reach every process (postgres, once
-//     its listener has received a notification it sent itself; see
-//     [ReleaseNotifier]).
+//     capped at 2 s, unless the store reports, when asked before each
+//     wait, that its release notifications reach every process (postgres,
+//     once its listener has received a notification it sent itself; see
+//     [ReleaseNotifier]): then it is Lease, and a follower attempts once
+//     per lease, at the holder's expiry.
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
-//     sqlite and memstore within one process). With
-//     [FlagBuilder.HoldAtLeast], Close lowers at once but keeps the term,
-//     renewed, until the hold has passed since it was acquired, then
-//     releases it.
+//     sqlite across processes on Linux, as a hint; memstore within one
+//     process). With [FlagBuilder.HoldAtLeast], Close lowers at once but
+//     keeps the term, renewed, until the hold has passed since it was
+//     acquired, then releases it.
 //   - Errors lower nothing early. A failed renewal is retried with backoff;
 //     the flag stays raised until the end of its trust window, is lowered
 //     then, and is raised again when the database answers and the term is

@@ -65,7 +65,7 @@ func ExampleFlagBuilder() {
 		Process("host-a").                                    // default: hostname-pid-random
 		Lease(15 * time.Second).                              // default: 15s
 		RenewInterval(5 * time.Second).                       // default: Lease/3
-		PollInterval(2 * time.Second).                        // default: Lease/3, at most 2s (no cap on postgres)
+		PollInterval(2 * time.Second).                        // default: Lease/3, at most 2s (Lease on postgres)
 		Timeout(3 * time.Second).                             // default: Lease/5, per database call
 		SafetyMargin(1500 * time.Millisecond).                // default: Lease/10
 		Jitter(750 * time.Millisecond).                       // default: Lease/20

@@ -3,7 +3,9 @@ package leadership_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -129,26 +131,27 @@ func (s *silentNotifier) NotifyReleases(string) (<-chan struct{}, func()) { retu
 func (s *silentNotifier) NotifiesOtherProcesses() bool                    { return s.reach.Load() }
 
 // TestDefaultPollFollowsTheStoresNotifications checks that a default poll
-// interval is Lease/3 only while the store reports that its notifications
-// reach other processes, asked at each wait, not once at Build.
+// interval is Lease (a follower waits for the holder's expiry) only while
+// the store reports that its notifications reach other processes, asked at
+// each wait, not once at Build, and capped at 2 s while it does not.
 func TestDefaultPollFollowsTheStoresNotifications(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &silentNotifier{Store: memstore.New()}
 		s.reach.Store(true)
 		a := build(t, s, "a")
 		start := time.Now()
-		b := build(t, s, "b") // waits Lease/3 (3.33 s) before its next attempt
+		b := build(t, s, "b") // waits for a's expiry, a lease away, before its next attempt
 		s.reach.Store(false)  // the store learns its notifications do not arrive
-		time.Sleep(testLease/3 + 500*time.Millisecond)
+		time.Sleep(testLease + 500*time.Millisecond)
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		// b's attempt at Lease/3 found a holding; its next wait is capped
-		// at 2 s, so it takes over at Lease/3 + 2 s.
-		if got, want := time.Since(start), testLease/3+2*time.Second; got != want {
+		// b's attempt at Lease found a renewed holding; its next wait is
+		// capped at 2 s, so it takes over at Lease + 2 s.
+		if got, want := time.Since(start), testLease+2*time.Second; got != want {
 			t.Fatalf("b took over %v after Build, want %v", got, want)
 		}
 
@@ -161,10 +164,62 @@ func TestDefaultPollFollowsTheStoresNotifications(t *testing.T) {
 		if err := c.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := time.Since(start), testLease/3; got != want {
-			t.Fatalf("with notifications reported, c polled after %v, want Lease/3 = %v", got, want)
+		// The release's notification never came: c attempts at the
+		// expiry of b's fresh term, a lease after c's Build, not earlier.
+		if got, want := time.Since(start), testLease; got != want {
+			t.Fatalf("with notifications reported, c attempted after %v, want at b's expiry, Lease = %v", got, want)
 		}
 	})
+}
+
+// TestAFollowerRetriesAnOutageAtLeastEveryThirdLease checks that a
+// follower whose default poll interval is Lease (its store's notifications
+// reach other processes) still retries failed attempts at least every
+// Lease/3: a database that answers again sends no notification.
+func TestAFollowerRetriesAnOutageAtLeastEveryThirdLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := memstore.New()
+		cut := faultstore.Wrap(m)
+		rec := &attemptTimes{Store: cut}
+		s := &silentNotifier{Store: rec}
+		s.reach.Store(true)
+		a := build(t, m, "a")
+		_ = build(t, s, "b") // waits for a's expiry, a lease away
+		cut.Fail(errors.New("database unreachable"))
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(6 * testLease) // b's attempts fail from the expiry on, and back off
+		times := rec.get()
+		if len(times) < 4 {
+			t.Fatalf("b made %d attempts in six leases, want several", len(times))
+		}
+		for i := 2; i < len(times); i++ { // from the second failed attempt on
+			if gap := times[i].Sub(times[i-1]); gap > testLease/3 {
+				t.Fatalf("b retried %v after a failed attempt, want within Lease/3 = %v (attempts at %v)", gap, testLease/3, times)
+			}
+		}
+	})
+}
+
+// attemptTimes records when Acquire was called.
+type attemptTimes struct {
+	leadership.Store
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (s *attemptTimes) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	s.mu.Lock()
+	s.times = append(s.times, time.Now())
+	s.mu.Unlock()
+	return s.Store.Acquire(ctx, req)
+}
+
+func (s *attemptTimes) get() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.times)
 }
 
 func TestCrashedHolderIsReplacedAtItsExpiry(t *testing.T) {

@@ -111,9 +111,14 @@ func (f *Flag) pollInterval() time.Duration {
 // retryDelay backs off exponentially after failed attempts: from a quarter
 // of the timeout, capped at half the renew interval for a holder (so it
 // retries several times inside its trust window) and at the poll interval
-// for a follower.
+// for a follower, or at Lease/3 where the default poll interval is Lease
+// (notifications only wake followers for releases, not for a database
+// that answers again).
 func (f *Flag) retryDelay(holding bool) time.Duration {
 	limit := f.pollInterval()
+	if f.c.pollNotifier != nil {
+		limit = min(limit, f.c.lease/3)
+	}
 	if holding {
 		limit = f.c.renewInterval / 2
 	}

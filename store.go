@@ -89,10 +89,11 @@ type Store interface {
 // reporting true (the postgres store, once its listener has received a
 // notification it sent itself). Followers then need not poll for a
 // graceful release, so the default [FlagBuilder.PollInterval] on a store
-// with this method is Lease/3 without the 2 s cap. The method must be
-// cheap: a flag asks it before each wait, and the cap applies while it
-// reports false (not yet confirmed, the notification path broken, or
-// notifications never arriving, as behind a pooler in transaction mode).
+// with this method is Lease without the 2 s cap: followers attempt at
+// the holder's expiry. The method must be cheap: a flag asks it before
+// each wait, and the cap applies while it reports false (not yet
+// confirmed, the notification path broken, or notifications never
+// arriving, as behind a pooler in transaction mode).
 type ReleaseNotifier interface {
 	// NotifyReleases returns a channel that receives a value (it is
 	// buffered; values are dropped, never blocked on, when one is already

@@ -229,6 +229,7 @@ func rootBenchmark(benchtime string) string {
 // loadRow is the steady-state load of one implementation on one database.
 type loadRow struct {
 	db, impl, settings string
+	lease              time.Duration // our Lease, the peer's Interval: the comparison "at equal lease"
 	worst              time.Duration // worst-case crash failover, from the source
 	leader, followers  []float64     // per second per process: statements on PostgreSQL, our attempts elsewhere
 	leaderN            string        // the leader's raw count and window
@@ -242,11 +243,12 @@ type loadRow struct {
 const defaultPollCap = 2 * time.Second
 
 // defaultPoll is our flag's default PollInterval at lease on a database of
-// kind, as the builder chooses it: Lease/3, capped at defaultPollCap
-// except on PostgreSQL, whose NOTIFY of a release reaches every process.
+// kind, as the builder chooses it: Lease/3, capped at defaultPollCap,
+// except on PostgreSQL, whose NOTIFY of a release reaches every process:
+// there it is Lease (followers attempt at the holder's expiry).
 func defaultPoll(kind string, lease time.Duration) time.Duration {
 	if kind == "postgres" {
-		return lease / 3
+		return lease
 	}
 	return min(lease/3, defaultPollCap)
 }
@@ -267,19 +269,23 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 	var cfgs []*cfg
 	for _, t := range targets {
 		name := fmt.Sprintf("lbench-%s-load-%s", runID, t.kind)
-		c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
+		c := &cfg{row: loadRow{db: t.kind, impl: "ours", lease: lease, worst: worst,
 			settings: fmt.Sprintf("Lease %v (defaults: renew %v, poll %v, jitter %v)", lease, lease/3, defaultPoll(t.kind, lease), lease/20)}}
 		c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours", lease, 0, 10*time.Millisecond))
 		cfgs = append(cfgs, c)
 		if t.kind == "postgres" {
 			capped := min(lease/3, defaultPollCap)
-			c := &cfg{row: loadRow{db: t.kind, impl: "ours", worst: worst,
+			c := &cfg{row: loadRow{db: t.kind, impl: "ours", lease: lease, worst: worst,
 				settings: fmt.Sprintf("Lease %v, PollInterval %v (the cap that applies to stores without cross-process notifications)", lease, capped)}}
 			c.g = newGroup("worker", workerArgs(t, "ours", name+"-ours-poll", lease, capped, 10*time.Millisecond))
 			cfgs = append(cfgs, c)
-			c = &cfg{row: loadRow{db: t.kind, impl: "peer", worst: time.Duration(1.6 * float64(peerInterval)),
-				settings: fmt.Sprintf("Interval %v (check every Interval/2 ±20 %%, takeover after Interval)", peerInterval.Round(time.Millisecond))}}
+			c = &cfg{row: loadRow{db: t.kind, impl: "peer", lease: peerInterval, worst: time.Duration(1.6 * float64(peerInterval)),
+				settings: fmt.Sprintf("Interval %v (check every Interval/2 ±20 %%, takeover after Interval): equal worst-case crash failover", peerInterval.Round(time.Millisecond))}}
 			c.g = newGroup("worker", workerArgs(t, "peer", name+"-peer", peerInterval, 0, 10*time.Millisecond))
+			cfgs = append(cfgs, c)
+			c = &cfg{row: loadRow{db: t.kind, impl: "peer", lease: lease, worst: time.Duration(1.6 * float64(lease)),
+				settings: fmt.Sprintf("Interval %v: equal lease", lease)}}
+			c.g = newGroup("worker", workerArgs(t, "peer", name+"-peer-lease", lease, 0, 10*time.Millisecond))
 			cfgs = append(cfgs, c)
 		}
 	}
@@ -348,6 +354,20 @@ func loadFigure(targets []target, runID string, o options) []loadRow {
 		rows = append(rows, c.row)
 	}
 	return rows
+}
+
+// perProcessPerLease is the mean load of the row's three processes (one
+// leader, two followers), in statements per process per lease (our Lease,
+// the peer's Interval); ok is false when a process was not observed.
+func (l loadRow) perProcessPerLease() (v float64, ok bool) {
+	if l.err != nil || len(l.leader) != 1 || len(l.followers) != 2 {
+		return 0, false
+	}
+	sum := l.leader[0]
+	for _, f := range l.followers {
+		sum += f
+	}
+	return sum / 3 * l.lease.Seconds(), true
 }
 
 // scaleStep is one step of the scale figure.

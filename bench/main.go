@@ -45,6 +45,7 @@ type options struct {
 	scaleWarm     time.Duration
 	scaleMeasure  time.Duration
 	scaleOnly     bool
+	loadOnly      bool
 	benchtime     string
 }
 
@@ -68,11 +69,12 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "run every figure briefly (CI): few rounds, short windows, one scale step")
 	flag.IntVar(&o.rounds, "rounds", 20, "takeovers per crash/graceful figure")
 	flag.DurationVar(&o.lease, "lease", 2*time.Second, "lease (ours) and Interval (peer) for the crash failover figure")
-	flag.DurationVar(&o.gracefulLease, "graceful-lease", 15*time.Second, "our lease for the graceful handover figure (the default lease: poll interval 5 s on PostgreSQL, 2 s elsewhere)")
+	flag.DurationVar(&o.gracefulLease, "graceful-lease", 15*time.Second, "our lease for the graceful handover figure (the default lease: poll interval 15 s on PostgreSQL, 2 s elsewhere)")
 	flag.DurationVar(&o.load, "load", 120*time.Second, "steady-state window of the database load figure")
 	flag.StringVar(&o.scaleSteps, "scale", "1000,2000,4000,8000,16000,24000,32000,48000", "(process, flag) pairs per scale step; stops at the first step that misses")
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")
 	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale figure on PostgreSQL and print its steps (writes no report)")
+	flag.BoolVar(&o.loadOnly, "load-only", false, "run only the database load figure and print its rows and the ratios to the peer (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
@@ -174,6 +176,17 @@ func run(o options) error {
 			fmt.Printf("%+v\n", st)
 		}
 		return err
+	}
+
+	if o.loadOnly {
+		logf("database load, %v window", o.load)
+		rows := loadFigure(targets, runID, o)
+		for _, l := range rows {
+			v, _ := l.perProcessPerLease()
+			fmt.Printf("%s %s | %s | leader %v | followers %v | per process per lease %.2f | err %v\n", l.db, l.impl, l.settings, l.leader, l.followers, v, l.err)
+		}
+		fmt.Println(loadRatios(rows))
+		return nil
 	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.

@@ -87,7 +87,7 @@ func (r *report) markdown() string {
 	p("")
 	p("How the two flags decide, from their source:")
 	p("")
-	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (Lease/3; capped at 2 s on MySQL and SQLite, which do not claim that their release notifications reach other processes), on PostgreSQL at once on the NOTIFY a release sends, and on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`). `Close` releases the row.")
+	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (on PostgreSQL, whose NOTIFY reaches every process, Lease: a follower asks once per lease, at the holder's expiry; on MySQL and SQLite, which do not claim that their release notifications reach other processes, Lease/3 capped at 2 s), on PostgreSQL at once on the NOTIFY a release sends, and on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`). `Close` releases the row.")
 	p("- peer: every check runs `select now()`, then `select … from leadership_flags`, then an `update` when it holds or takes over (3 statements for the holder, 2 for a follower); checks every Interval/2 ± 20 %%; a follower takes over once the holder's timestamp is older than Interval. `Close` only stops the loop: it neither releases the row nor lowers `Raised()`, and a stalled holder stays raised until its next check.")
 	p("")
 
@@ -152,12 +152,12 @@ func (r *report) markdown() string {
 	// (3)
 	p("## 3. Database load at steady state")
 	p("")
-	p("Three processes per configuration (one holder, two followers), all configurations at once, counted over the same %v window after one lease of warm-up. Settings give both flags the same worst-case crash failover (ours: Lease + jitter = 1.05 × Lease; peer: 1.6 × Interval). **What is counted:** on PostgreSQL, every statement the process sent through pgx (a `pgx.QueryTracer` on all its connections: `Query`, `QueryRow`, `Exec`, including our listener's `LISTEN`); each is an autocommit statement, so statements = transactions. Not counted: the protocol pings pgxpool and pgx's `database/sql` adapter send when reusing a connection idle for more than a second (no transaction). On MySQL and SQLite the count is our flag's attempts (the `leadership_flag_attempt_duration_seconds` histogram), each one statement (`CALL leadership_acquire` on MySQL). Server-side counters (`pg_stat_database.xact_commit`) were not used: other suites share the server.", r.opts.load)
+	p("Three processes per configuration (one holder, two followers), all configurations at once, counted over the same %v window after one lease of warm-up. The peer runs twice: at the same worst-case crash failover as ours (ours: Lease + jitter = 1.05 × Lease; peer: 1.6 × Interval), and at equal lease (Interval = our Lease). The last column is the mean of the three processes in statements per process per lease (our Lease, the peer's Interval). **What is counted:** on PostgreSQL, every statement the process sent through pgx (a `pgx.QueryTracer` on all its connections: `Query`, `QueryRow`, `Exec`, including our listener's `LISTEN`); each is an autocommit statement, so statements = transactions. Not counted: the protocol pings pgxpool and pgx's `database/sql` adapter send when reusing a connection idle for more than a second (no transaction). On MySQL and SQLite the count is our flag's attempts (the `leadership_flag_attempt_duration_seconds` histogram), each one statement (`CALL leadership_acquire` on MySQL). Server-side counters (`pg_stat_database.xact_commit`) were not used: other suites share the server.", r.opts.load)
 	p("")
-	head("database", "flag", "settings", "worst-case crash failover", "leader stmt/s", "follower stmt/s (median, min, max)")
+	head("database", "flag", "settings", "worst-case crash failover", "leader stmt/s", "follower stmt/s (median, min, max)", "stmt per process per lease (mean of the three)")
 	for _, l := range r.load {
 		if l.err != nil {
-			p("| %s | %s | %s | | not measured: %v | |", l.db, implName(l.impl), l.settings, l.err)
+			p("| %s | %s | %s | | not measured: %v | | |", l.db, implName(l.impl), l.settings, l.err)
 			continue
 		}
 		lead, fol := "none observed", "none observed"
@@ -168,9 +168,17 @@ func (r *report) markdown() string {
 			m, lo, hi := spread(l.followers)
 			fol = fmt.Sprintf("%.3f (%.3f, %.3f)", m, lo, hi)
 		}
-		p("| %s | %s | %s | %.2f s | %s | %s |", l.db, implName(l.impl), l.settings, l.worst.Seconds(), lead, fol)
+		perLease := "not observed"
+		if v, ok := l.perProcessPerLease(); ok {
+			perLease = fmt.Sprintf("%.2f", v)
+		}
+		p("| %s | %s | %s | %.2f s | %s | %s | %s |", l.db, implName(l.impl), l.settings, l.worst.Seconds(), lead, fol, perLease)
 	}
 	p("")
+	if s := loadRatios(r.load); s != "" {
+		p("%s", s)
+		p("")
+	}
 
 	// (4)
 	p("## 4. `Raised()` cost")
@@ -339,4 +347,36 @@ func (tl *timelineRun) svg() string {
 	p(`<text x="%.0f" y="%.1f" fill="#555">green: Raised() true · hatched: stopped by SIGSTOP (Raised() false after its trust window) · red: signals</text>`, left, ay+36)
 	p(`</svg>`)
 	return b.String()
+}
+
+// loadRatios compares our default configuration on PostgreSQL with the
+// peer's two rows: at equal lease (the same statements per process per
+// lease, the issue's measure) and at equal worst-case crash failover (the
+// same statements per second). It returns "" when a row is missing.
+func loadRatios(rows []loadRow) string {
+	var ours, peerLease, peerWorst *loadRow
+	for i := range rows {
+		l := &rows[i]
+		switch {
+		case l.db != "postgres":
+		case l.impl == "ours" && ours == nil:
+			ours = l
+		case l.impl == "peer" && strings.HasSuffix(l.settings, "equal lease"):
+			peerLease = l
+		case l.impl == "peer":
+			peerWorst = l
+		}
+	}
+	if ours == nil || peerLease == nil || peerWorst == nil {
+		return ""
+	}
+	o, ok1 := ours.perProcessPerLease()
+	pl, ok2 := peerLease.perProcessPerLease()
+	pw, ok3 := peerWorst.perProcessPerLease()
+	if !ok1 || !ok2 || !ok3 || pl == 0 || pw == 0 {
+		return ""
+	}
+	perSecond := func(v float64, l *loadRow) float64 { return v / l.lease.Seconds() }
+	return fmt.Sprintf("**Ours against the peer on PostgreSQL, per process:** at equal lease %.2f against %.2f statements per lease, a ratio of %.2f×; at equal worst-case crash failover %.3f against %.3f statements per second, a ratio of %.2f×.",
+		o, pl, o/pl, perSecond(o, ours), perSecond(pw, peerWorst), perSecond(o, ours)/perSecond(pw, peerWorst))
 }

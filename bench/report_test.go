@@ -39,9 +39,10 @@ func fixedReport(quick bool) *report {
 		graceful: []result{{db: "postgres", impl: "ours", ds: []time.Duration{3 * ms, 5 * ms}}, {db: "mysql", impl: "ours", err: boom}},
 		stall:    []result{{db: "postgres", impl: "ours", ds: []time.Duration{3 * ms, 5 * ms, 7 * ms}, firstTrue: 1}, {db: "postgres", impl: "peer", err: boom}},
 		load: []loadRow{
-			{db: "postgres", impl: "ours", settings: "S1", worst: 15750 * ms, leader: []float64{0.19}, followers: []float64{0.2, 0.1, 0.3}, leaderN: "23 in 120.0 s"},
-			{db: "postgres", impl: "peer", settings: "S2", worst: 15750 * ms},
-			{db: "mysql", impl: "ours", settings: "S3", worst: 15750 * ms, leader: []float64{0.5}, followers: []float64{0.4, 0.6}, leaderN: "60 in 120.0 s"},
+			{db: "postgres", impl: "ours", settings: "S1", lease: 15 * time.Second, worst: 15750 * ms, leader: []float64{0.2}, followers: []float64{0.1, 0.06}, leaderN: "24 in 120.0 s"},
+			{db: "postgres", impl: "peer", settings: "S2: equal worst-case crash failover", lease: 9844 * ms, worst: 15750 * ms, leader: []float64{0.6}, followers: []float64{0.4, 0.4}, leaderN: "72 in 120.0 s"},
+			{db: "postgres", impl: "peer", settings: "S5: equal lease", lease: 15 * time.Second, worst: 24 * time.Second, leader: []float64{0.4}, followers: []float64{0.26, 0.26}, leaderN: "48 in 120.0 s"},
+			{db: "mysql", impl: "ours", settings: "S3", lease: 15 * time.Second, worst: 15750 * ms, leader: []float64{0.5}, followers: []float64{0.4, 0.6}, leaderN: "60 in 120.0 s"},
 			{db: "sqlite", impl: "ours", settings: "S4", err: boom},
 		},
 		scale: []scaleStep{

@@ -50,14 +50,14 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 
 // NotifiesOtherProcesses tells flags whether releases by other processes
 // reach this store (see [leadership.ReleaseNotifier]). It reports true
-// while the listener is connected and has received the notification it
-// sent itself through the pool after its LISTEN: a release or eviction by
-// any process on this database and schema then reaches it, so followers
-// keep the default poll interval at Lease/3. It reports false before that
-// notification arrives (and for good when it never does), while the
-// listener reconnects, behind a connection pooler (where the listener
-// never runs LISTEN) and with [WithoutNotifications]; flags on the default
-// poll interval then poll at most every 2 s.
+// while the listener is connected and has received the notification it sent
+// itself through the pool after its LISTEN: a release or eviction by any
+// process on this database and schema then reaches it, so followers wait
+// for the holder's expiry (the default poll interval is Lease). It reports
+// false before that notification arrives (and for good when it never does),
+// while the listener reconnects, behind a connection pooler (where the
+// listener never runs LISTEN) and with [WithoutNotifications]; flags on the
+// default poll interval then poll at most every 2 s.
 func (s *Store) NotifiesOtherProcesses() bool { return s.delivered.Load() }
 
 // ProbeTimeout is how long the listener waits for the notification it

@@ -207,7 +207,8 @@ func TestWithoutNotificationsKeepsNoListener(t *testing.T) {
 // TestHandoverThroughPgBouncer measures graceful handovers at the default
 // settings (lease 15 s) between two processes behind PgBouncer in
 // transaction mode. Notifications do not arrive there, so the follower
-// must poll every maxPoll (2 s), not Lease/3 (5 s): each
+// must poll every maxPoll (2 s), not wait for the holder's expiry (a
+// default poll interval of Lease, 15 s): each
 // handover ends within 2 s of the follower's last attempt.
 func TestHandoverThroughPgBouncer(t *testing.T) {
 	t.Parallel()

@@ -51,7 +51,7 @@
 // available ([Store.NotifiesOtherProcesses]) only once that notification
 // has arrived (it warns after [ProbeTimeout] without it). While they are
 // unavailable, flags on the default poll interval poll every 2 s instead
-// of Lease/3. [WithoutNotifications] turns listening off.
+// of waiting for the holder's expiry (at most Lease). [WithoutNotifications] turns listening off.
 //
 // # Poolers
 //

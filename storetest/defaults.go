@@ -13,8 +13,9 @@ import (
 // runDefaults checks a flag built with every optional setting at its
 // default: the poll interval it chose for this store, and a graceful
 // handover between two processes with it. The poll interval is Lease/3,
-// capped at 2 s (both as documented on [leadership.FlagBuilder.PollInterval])
-// unless the store can notify other processes (it has the method
+// capped at 2 s, or Lease (both as documented on
+// [leadership.FlagBuilder.PollInterval]) when the store can notify other
+// processes (it has the method
 // NotifiesOtherProcesses of [leadership.ReleaseNotifier]). When the
 // follower's store then reports that its notifications arrive, the
 // handover must come from the notification, well before the next poll;
@@ -29,7 +30,7 @@ func runDefaults(t *testing.T, open Open) {
 		const maxPoll = 2 * time.Second
 		wantPoll := min(leadership.DefaultLease/3, maxPoll)
 		if canNotify {
-			wantPoll = leadership.DefaultLease / 3
+			wantPoll = leadership.DefaultLease
 		}
 
 		mon := newMonitor(t)

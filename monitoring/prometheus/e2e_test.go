@@ -28,7 +28,8 @@ const (
 	scrapeEvery = 200 * time.Millisecond
 	// takeoverBound is how soon after a fault another process must lead: a
 	// dead term expires one lease after its last renewal, and a follower
-	// attempts within a poll (lease/3) after that.
+	// attempts at that expiry plus jitter, or within a poll (at most
+	// lease/3 where notifications do not reach other processes).
 	takeoverBound = e2eLease + e2eLease/3 + 3*time.Second
 	// noLeaderBound is how soon after the last process stopped
 	// LeadershipNoLeader must fire: two leases plus two estimated scrape
