@@ -49,8 +49,8 @@ func TestQuarantine(t *testing.T) {
 				js.HoldUntil.Sub(js.Now) <= 0 || js.HoldUntil.Sub(js.Now) > 10*time.Second {
 				t.Fatalf("status --json during a hold = %d, %q, %q; want hold_until at most 10 s after database_now, and after it", code, out, errs)
 			}
-			if code, out, errs := cli(t, "run", "--dsn", dsn, "--name", "held", "--wait", "1s", "--", "echo", "ran"); code != 0 || strings.Contains(out, "ran") {
-				t.Fatalf("run during a hold = %d, %q, %q; want the command not started", code, out, errs)
+			if code, out, errs := cli(t, "run", "--dsn", dsn, "--name", "held", "--wait", "1s", "--", "echo", "ran"); code != 0 || strings.Contains(out, "ran") || !strings.Contains(errs, "failover hold") {
+				t.Fatalf("run during a hold = %d, %q, %q; want the command not started, and the log naming the possible hold", code, out, errs)
 			}
 			code, out, errs = cli(t, "run", "--dsn", dsn, "--name", "held", "--wait", "30s", "--", "echo", "ran")
 			if code != 0 || !strings.Contains(out, "ran") {

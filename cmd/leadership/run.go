@@ -167,7 +167,11 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 	for {
 		raised := f.Raised()
 		if !raised && o.skipIfHeld {
-			log.Info("flag held by another process; skipping", "name", o.name, "holder", f.Holder())
+			if f.Holder() == "" {
+				log.Info("flag not raised, and no process holds it: new terms wait for an evicted term's expiry or a failover hold (leadership status shows which); skipping", "name", o.name)
+			} else {
+				log.Info("flag held by another process; skipping", "name", o.name, "holder", f.Holder())
+			}
 			return exitOK
 		}
 		// The watchdog starts before the wait, to be ready when this
@@ -300,7 +304,11 @@ func (o *runOptions) waitToLead(f *leadership.Flag, sigs <-chan os.Signal, log *
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	log.Info("waiting for leadership", "name", o.name, "holder", f.Holder())
+	if f.Holder() == "" {
+		log.Info("waiting for leadership", "name", o.name, "holder", "", "why", "no process holds the flag: new terms wait for an evicted term's expiry or a failover hold (leadership status shows which)")
+	} else {
+		log.Info("waiting for leadership", "name", o.name, "holder", f.Holder())
+	}
 	waited := make(chan error, 1)
 	go func() { waited <- f.Wait(ctx) }()
 	select {
