@@ -168,9 +168,12 @@
 package mysql
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
@@ -188,6 +191,23 @@ type Store struct {
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
 	stmts   prepared  // statement mode: prepared at their first use
+
+	// The cross-process release hint (bell.go, watch.go), under pmu.
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	pmu       sync.Mutex
+	closed    bool
+	leading   map[term]time.Time // terms led → end of their lease (local clock)
+	rings     map[string]bool    // holders whose bell to ring
+	bellKick  chan struct{}
+	bellDone  chan struct{}     // non-nil while the bell's goroutine runs
+	waitsOn   map[string]string // flag name → holder seen by its last losing attempt
+	subs      int               // subscriptions to NotifyReleases
+	watchKick chan struct{}
+	wstop     context.CancelFunc // non-nil while the watcher runs
+	wexited   chan struct{}
+
+	watchStatements, watchRings atomic.Int64 // for tests
 }
 
 var (
@@ -222,8 +242,34 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{db: db}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
 	return s, nil
+}
+
+// Close stops the store's watcher and bell (see Release notifications)
+// and gives their connections back. It never closes db, and the store
+// keeps working without them: flags of other processes then learn of
+// this store's releases at their next poll. A store left unclosed stops
+// them anyway once its flags are closed and their terms released or past
+// their lease.
+func (s *Store) Close() error {
+	s.pmu.Lock()
+	s.closed = true
+	s.cancel()
+	bell := s.bellDone
+	var watcher chan struct{}
+	if s.wstop != nil {
+		watcher = s.wexited
+	}
+	s.pmu.Unlock()
+	if bell != nil {
+		<-bell
+	}
+	if watcher != nil {
+		<-watcher
+	}
+	return nil
 }

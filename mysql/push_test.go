@@ -1,0 +1,167 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/mysql"
+)
+
+// buildFlag builds a flag named name on store with a poll interval long
+// enough that a handover well before it came from the release hint.
+func buildFlag(t *testing.T, store *mysql.Store, name string, lease, poll time.Duration) *leadership.Flag {
+	t.Helper()
+	f, err := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll).Build(context.Background())
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll builds a leader
+// and a follower, each on a *sql.DB of its own as two processes have, with
+// a 5 s poll interval, and checks that the follower takes over well before
+// its poll after the leader's Close: the release reached it through the
+// leader's bell and the follower's watcher.
+func TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		const poll = 5 * time.Second
+		stores := []*mysql.Store{newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)}
+		leader := buildFlag(t, stores[0], "handover", 30*time.Second, poll)
+		if !leader.Raised() {
+			t.Fatal("the first flag did not raise")
+		}
+		follower := buildFlag(t, stores[1], "handover", 30*time.Second, poll)
+		if follower.Raised() {
+			t.Fatal("the second flag raised while the first leads")
+		}
+		time.Sleep(300 * time.Millisecond) // the follower now waits out its poll
+		for round := range 3 {
+			closed := time.Now()
+			if err := leader.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+			err := follower.Wait(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: the follower did not take over: %v", round, err)
+			}
+			took := time.Since(closed)
+			t.Logf("round %d: handover took %v", round, took)
+			if took > time.Second {
+				t.Errorf("round %d: handover took %v; the release hint should have woken the follower well before its %v poll", round, took, poll)
+			}
+			// Back the other way: the follower's store now rings, the
+			// leader's store (a new flag on it) listens.
+			leader, follower = follower, buildFlag(t, stores[round%2], "handover", 30*time.Second, poll)
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+}
+
+// TestACrashedHolderIsNoRelease acquires a flag for a holder that then
+// "crashes": it never renews nor releases, and its bell's connection is
+// killed. The follower's watcher hears the bell fall silent, but the wake
+// is only a hint: no takeover happens before the row expires, and the
+// watcher, finding the bell no longer held, leaves it alone instead of
+// spinning on it.
+func TestACrashedHolderIsNoRelease(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	ctx := context.Background()
+	crashed := newStore(t, openDB(t, dsn))
+	if err := crashed.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 4 * time.Second
+	res, err := crashed.Acquire(ctx, leadership.Request{Name: "crash", Holder: "crashed", Lease: lease})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	acquired := time.Now()
+	admin := openDB(t, dsn)
+	var dbName string
+	if err := admin.QueryRow(`SELECT DATABASE()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	bell := mysql.BellName(dbName, "crashed")
+	var owner sql.NullInt64
+	for deadline := time.Now().Add(5 * time.Second); !owner.Valid; time.Sleep(10 * time.Millisecond) {
+		if err := admin.QueryRow(`SELECT IS_USED_LOCK(?)`, bell).Scan(&owner); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder's store did not take its bell")
+		}
+	}
+
+	store := newStore(t, openDB(t, dsn))
+	follower := buildFlag(t, store, "crash", lease, 500*time.Millisecond)
+	if follower.Raised() {
+		t.Fatal("the follower raised while the row is held")
+	}
+	time.Sleep(300 * time.Millisecond) // the watcher now waits on the bell
+	before := store.WatchStatements()
+	if _, err := admin.Exec(`KILL ?`, owner.Int64); err != nil {
+		t.Fatalf("kill the bell's connection %d: %v", owner.Int64, err)
+	}
+	if err := follower.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	raised := time.Now()
+	if early := acquired.Add(lease).Sub(raised); early > 0 {
+		t.Fatalf("the follower took over %v before the crashed holder's row expired", early)
+	}
+	sent := store.WatchStatements() - before
+	t.Logf("takeover %v after the acquire of a %v lease; the watcher sent %d statements meanwhile and heard %d rings",
+		raised.Sub(acquired), lease, sent, store.WatchRings())
+	// At most: the ring of the kill (GET_LOCK, RELEASE_LOCK, a look of
+	// three), then a GET_LOCK and a RELEASE_LOCK at each pause of 1 s,
+	// 2 s, ….
+	if sent > 12 {
+		t.Errorf("the watcher sent %d statements in %v: it should leave a silent bell alone", sent, raised.Sub(acquired))
+	}
+}
+
+// TestTheWatcherAndTheBellHoldOneConnectionEach checks a store that leads
+// one flag and follows another, led by another process: at rest it holds
+// two connections of its pool, the bell's and the watcher's, whatever
+// the number of flags.
+func TestTheWatcherAndTheBellHoldOneConnectionEach(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	db, otherDB := openDB(t, dsn), openDB(t, dsn)
+	store, other := newStore(t, db), newStore(t, otherDB)
+	const lease, poll = 30 * time.Second, 10 * time.Second
+	for i := range 3 {
+		name := string(rune('a' + i))
+		if f := buildFlag(t, store, "led-"+name, lease, poll); !f.Raised() {
+			t.Fatal("the store's own flag did not raise")
+		}
+		if f := buildFlag(t, other, "followed-"+name, lease, poll); !f.Raised() {
+			t.Fatal("the other store's flag did not raise")
+		}
+		if f := buildFlag(t, store, "followed-"+name, lease, poll); f.Raised() {
+			t.Fatal("the follower raised")
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	least, most := 1<<30, 0
+	for range 20 {
+		n := db.Stats().InUse
+		least, most = min(least, n), max(most, n)
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Logf("connections in use: %d to %d", least, most)
+	if least != 2 || most > 3 {
+		t.Errorf("connections in use: %d to %d, want 2 at rest (the bell's and the watcher's), 3 at most during an attempt", least, most)
+	}
+}

@@ -1,0 +1,259 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"sort"
+	"time"
+)
+
+// The watcher is the follower side of the cross-process release hint (see
+// Release notifications in the package documentation). One runs per
+// Store while any flag of the store waits for releases (the first
+// subscription starts it, the last one to end stops it), on one
+// connection of the store's pool, taken once a flag of the store has
+// lost an attempt to another holder.
+
+const (
+	// bellWait is how long the watcher's GET_LOCK waits for a bell before
+	// it gives up and waits again: its one statement per bellWait while
+	// nothing is released.
+	bellWait = 30 * time.Second
+	// silentFirst is how long the watcher leaves a bell alone after it
+	// found the bell not held (its holder closed, crashed, or could not
+	// take it); the pause doubles, up to bellWait, while it stays so.
+	silentFirst = time.Second
+)
+
+// NotifyReleases implements [leadership.ReleaseNotifier]: releases by
+// flags of this store wake its flags at once; releases by other processes
+// wake them through the store's watcher (see Release notifications in the
+// package documentation), a hint on which the flags do not rely.
+func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
+	ch, unsubscribe := s.hub.Subscribe(name)
+	s.pmu.Lock()
+	s.subs++
+	if s.subs == 1 && !s.closed && poolAllowsPush(s.db) {
+		// The previous watcher, if any, has exited: the end of the last
+		// subscription waited for it.
+		ctx, stop := context.WithCancel(s.ctx)
+		s.watchKick = make(chan struct{}, 1)
+		s.wstop, s.wexited = stop, make(chan struct{})
+		go s.watch(ctx, s.watchKick, s.wexited)
+	}
+	s.pmu.Unlock()
+	var done bool
+	return ch, func() {
+		s.pmu.Lock()
+		if done {
+			s.pmu.Unlock()
+			return
+		}
+		done = true
+		unsubscribe()
+		s.subs--
+		var exited chan struct{}
+		if s.subs == 0 && s.wstop != nil {
+			s.wstop()
+			exited, s.wstop = s.wexited, nil
+		}
+		s.pmu.Unlock()
+		if exited != nil {
+			<-exited
+		}
+	}
+}
+
+// watch runs the watcher until ctx ends or its connection fails (the
+// flags then poll, as without it).
+func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<- struct{}) {
+	defer close(exited)
+	w := watcher{s: s, silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
+	defer w.close()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		holder, wake := w.target()
+		if holder == "" {
+			timer.Reset(time.Until(wake))
+			select {
+			case <-ctx.Done():
+				return
+			case <-kicked:
+			case <-timer.C:
+			}
+			continue
+		}
+		if err := w.wait(ctx, holder); err != nil {
+			return
+		}
+	}
+}
+
+// watcher is the state of one watch.
+type watcher struct {
+	s       *Store
+	conn    *sql.Conn
+	db      string               // DATABASE() of conn
+	current string               // the holder whose bell it waited on last
+	silent  map[string]time.Time // holder → when to try its bell again
+	pause   map[string]time.Duration
+	looked  bool             // whether a look has been made
+	free    map[string]int64 // free rows at the last look: name → version
+}
+
+// target chooses the bell to wait on: the current one while a flag of the
+// store still waits on its holder, else the holder most of the store's
+// flags wait on (the first by name on a tie), leaving out holders this
+// store leads under (their releases wake its flags in process) and bells
+// found silent. It returns "" and when to look again when there is none.
+func (w *watcher) target() (string, time.Time) {
+	names := w.s.hub.Names()
+	now := time.Now()
+	wake := now.Add(time.Hour)
+	w.s.pmu.Lock()
+	defer w.s.pmu.Unlock()
+	own := make(map[string]bool)
+	for t := range w.s.leading {
+		own[t.holder] = true
+	}
+	count := make(map[string]int)
+	for _, name := range names {
+		h, ok := w.s.waitsOn[name]
+		if !ok || own[h] {
+			continue
+		}
+		if until, quiet := w.silent[h]; quiet && until.After(now) {
+			wake = minTime(wake, until)
+			continue
+		}
+		count[h]++
+	}
+	if count[w.current] > 0 {
+		return w.current, wake
+	}
+	holders := make([]string, 0, len(count))
+	for h := range count {
+		holders = append(holders, h)
+	}
+	sort.Slice(holders, func(i, j int) bool {
+		if count[holders[i]] != count[holders[j]] {
+			return count[holders[i]] > count[holders[j]]
+		}
+		return holders[i] < holders[j]
+	})
+	if len(holders) == 0 {
+		return "", wake
+	}
+	w.current = holders[0]
+	return w.current, wake
+}
+
+// errBellRefused stops the watcher: GET_LOCK returned NULL.
+var errBellRefused = errors.New("GET_LOCK returned NULL")
+
+// wait waits up to bellWait on holder's bell. When the bell rings, it
+// passes the lock on at once and wakes the flags whose row became free.
+// A bell granted at once is not held: the watcher leaves it alone for a
+// while. It returns an error when the connection or the server failed.
+func (w *watcher) wait(ctx context.Context, holder string) error {
+	if w.conn == nil {
+		conn, err := w.s.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		w.conn = conn
+		w.s.watchStatements.Add(1)
+		if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&w.db); err != nil {
+			return err
+		}
+	}
+	name := bellName(w.db, holder)
+	var (
+		used bool
+		got  sql.NullInt64
+	)
+	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
+	// the wait began.
+	w.s.watchStatements.Add(1)
+	if err := w.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) IS NOT NULL, GET_LOCK(?, ?)`,
+		name, name, bellWait.Seconds()).Scan(&used, &got); err != nil {
+		return err
+	}
+	if !got.Valid {
+		return errBellRefused
+	}
+	if got.Int64 == 0 {
+		return nil // nothing released for bellWait
+	}
+	w.s.watchStatements.Add(1)
+	var released sql.NullInt64
+	if err := w.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, name).Scan(&released); err != nil {
+		return err
+	}
+	if !used {
+		pause := max(w.pause[holder]*2, silentFirst)
+		pause = min(pause, bellWait)
+		w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
+		return nil
+	}
+	delete(w.pause, holder)
+	delete(w.silent, holder)
+	w.s.watchRings.Add(1)
+	return w.look(ctx)
+}
+
+// look lists the free rows (no holder) in a read-only transaction of its
+// own (so that it sees the latest commits whatever the session's
+// autocommit) and wakes the store's flags that wait on a row free since
+// the last look (a new (name, version) pair); at the first look, on every
+// free row.
+func (w *watcher) look(ctx context.Context) error {
+	w.s.watchStatements.Add(3)
+	tx, err := w.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT name, version FROM leadership_flags WHERE holder = ''`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	free := make(map[string]int64, len(w.free))
+	for rows.Next() {
+		var name string
+		var version int64
+		if err := rows.Scan(&name, &version); err != nil {
+			return err
+		}
+		free[name] = version
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	for _, name := range w.s.hub.Names() {
+		if version, ok := free[name]; ok {
+			if was, seen := w.free[name]; !w.looked || !seen || was != version {
+				w.s.hub.Notify(name)
+			}
+		}
+	}
+	w.looked, w.free = true, free
+	return nil
+}
+
+// close closes the connection rather than return it to the pool: a wait
+// cut short may have left it holding a bell.
+func (w *watcher) close() {
+	if w.conn == nil {
+		return
+	}
+	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
+	w.conn.Close()
+}
