@@ -206,6 +206,7 @@ type Store struct {
 	watchKick chan struct{}
 	wstop     context.CancelFunc // non-nil while the watcher runs
 	wexited   chan struct{}
+	watching  atomic.Bool // the watcher runs: HintsOtherProcesses
 
 	watchStatements, watchRings atomic.Int64 // for tests
 }

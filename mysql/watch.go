@@ -66,10 +66,22 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
+// HintsOtherProcesses reports whether releases by other processes wake
+// this store's flags now: its watcher runs (a flag waits for releases,
+// the pool has room for it, and the server has not refused its
+// GET_LOCK). It is a hint, not the claim of NotifiesOtherProcesses: the
+// holder's bell may be silent, so flags keep the 2 s cap on their
+// default poll interval. The conformance suite (storetest.Hinter) checks
+// with it that a graceful handover between processes comes well before
+// the poll.
+func (s *Store) HintsOtherProcesses() bool { return s.watching.Load() }
+
 // watch runs the watcher until ctx ends or its connection fails (the
 // flags then poll, as without it).
 func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<- struct{}) {
 	defer close(exited)
+	s.watching.Store(true)
+	defer s.watching.Store(false)
 	w := watcher{s: s, silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
