@@ -119,7 +119,7 @@ func (r *report) markdown() string {
 	// (2)
 	p("## 2. Graceful handover")
 	p("")
-	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, SQLite by its file watcher, MySQL by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
+	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, SQLite by its file watcher, MySQL by its bell (user-level locks, a hint: see the mysql package). The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
 	p("")
 	head("database", "flag", "handovers", "median", "min", "max")
 	for _, c := range r.graceful {

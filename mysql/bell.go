@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -50,6 +51,11 @@ func bellName(db, holder string) string {
 	}
 	return "leadership/bell/" + hex.EncodeToString(h.Sum(nil))[:40]
 }
+
+// The statements on bells are written out, without parameters, so that
+// each is one round trip whatever the DSN's interpolateParams (a
+// parameter would cost a prepare, an execute and a close): a bell's name
+// has only letters, digits and slashes (bellName).
 
 // term is a flag this store leads: its name and holder.
 type term struct{ name, holder string }
@@ -230,7 +236,7 @@ func (b *bell) sync(ctx context.Context, wanted, rings map[string]bool) error {
 			}
 		}
 		var got sql.NullInt64
-		if err := b.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, bellName(b.db, holder), bellRetake.Seconds()).Scan(&got); err != nil {
+		if err := b.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT GET_LOCK('%s', %d)`, bellName(b.db, holder), int(bellRetake.Seconds()))).Scan(&got); err != nil {
 			return err
 		}
 		if !got.Valid {
@@ -251,7 +257,7 @@ func (b *bell) sync(ctx context.Context, wanted, rings map[string]bool) error {
 func (b *bell) release(ctx context.Context, holder string) error {
 	delete(b.held, holder)
 	var released sql.NullInt64
-	return b.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, bellName(b.db, holder)).Scan(&released)
+	return b.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK('`+bellName(b.db, holder)+`')`).Scan(&released)
 }
 
 // drop closes the connection without returning it to the pool, which

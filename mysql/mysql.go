@@ -162,9 +162,61 @@
 //
 // # Release notifications
 //
-// MySQL has no LISTEN/NOTIFY: flags of other processes learn of a release
-// at their next poll. Flags of the same process on one Store are woken at
-// once.
+// Flags of the same Store are woken at once by its releases. MySQL has no
+// LISTEN/NOTIFY; flags of other processes are woken by a hint carried by
+// user-level locks (GET_LOCK), which MySQL 5.7+ and MariaDB 10.0+ let one
+// connection hold many of:
+//
+//   - The bell (holder side). While flags of a Store lead, the store holds,
+//     on one connection of its pool, a lock named after the database and
+//     the holder name (a hash: names are limited to 64 characters), one
+//     per holder name it leads under. Right after a [Store.Release]
+//     commits, it rings: RELEASE_LOCK, then GET_LOCK again if the holder
+//     still leads. It sends nothing while nothing is released, and gives
+//     the connection back once it leads nothing (its terms released, lost,
+//     or past their lease without a renewal). [Store.Evict] does not ring:
+//     the row cannot be taken before its expiry.
+//   - The watcher (follower side). One runs per Store while any of its
+//     flags waits for releases (the first subscription starts it, the
+//     last one to end stops it), on one connection of the pool. It waits,
+//     with SELECT GET_LOCK(bell, 30), on the bell of the holder that its
+//     losing flags saw last (the current bell while a flag still waits on
+//     its holder, else the holder most of them wait on; the others poll).
+//     When granted, it releases the lock at once, so that every waiting
+//     process is granted in turn, then reads the free rows once (one
+//     SELECT in a read-only transaction) and wakes the flags waiting on a
+//     row that has become free (a new (name, version) pair), as a release
+//     in this process wakes them.
+//
+// Cost: one connection for the bell while the store leads, one for the
+// watcher while it follows, whatever the number of flags; an idle
+// follower's store sends one statement per 30 s (the GET_LOCK that timed
+// out), its flags the same polls as without it; a release sends two
+// statements on the holder's side and five on each follower's store
+// (RELEASE_LOCK, then the look: START TRANSACTION, SELECT, COMMIT, and the
+// next GET_LOCK). A bell found not held (granted at once: its holder
+// crashed, closed, or could not take it) is left alone for 0.1 s, then
+// fourfold longer up to 30 s, so a crashed holder costs a few statements,
+// not a busy loop.
+//
+// The wake is a hint to attempt now, never a promise; the acquire
+// statement still decides by the row and the database clock, so a bell
+// that falls silent because its connection died (a crash) wakes followers
+// for nothing, and they take over only after the row expires. The hint is
+// lost, and flags learn of the release at their next poll, when the
+// watcher was not waiting at the ring (busy with the previous one, or
+// pausing on a silent bell), waits on another holder's bell, or when the
+// server refuses GET_LOCK or a connection fails (the watcher then stops
+// until its flags are built again; a readTimeout in the DSN shorter than
+// 30 s fails its wait). Neither runs on a pool limited to fewer than three
+// connections. So the store does not report that its notifications reach
+// other processes (no NotifiesOtherProcesses method), the default poll
+// interval stays capped at 2 s, and [Store.HintsOtherProcesses] reports
+// whether the watcher runs. [Store.Close] stops both and gives their
+// connections back. Both modes use the same statements: no routine is
+// involved. The locks live on the server the pool connects to: processes
+// whose pools reach different nodes of a cluster (Galera) or a proxy that
+// does not pin sessions do not hear each other's bells.
 package mysql
 
 import (

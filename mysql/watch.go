@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 )
@@ -22,9 +23,11 @@ const (
 	// nothing is released.
 	bellWait = 30 * time.Second
 	// silentFirst is how long the watcher leaves a bell alone after it
-	// found the bell not held (its holder closed, crashed, or could not
-	// take it); the pause doubles, up to bellWait, while it stays so.
-	silentFirst = time.Second
+	// found the bell not held (its holder closed, crashed, could not take
+	// it, or has not taken it yet: a new holder takes its bell just after
+	// its first acquire returns); the pause grows fourfold, up to
+	// bellWait, while it stays so.
+	silentFirst = 100 * time.Millisecond
 )
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: releases by
@@ -190,8 +193,8 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
 	// the wait began.
 	w.s.watchStatements.Add(1)
-	if err := w.conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) IS NOT NULL, GET_LOCK(?, ?)`,
-		name, name, bellWait.Seconds()).Scan(&used, &got); err != nil {
+	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
+		name, int(bellWait.Seconds()))).Scan(&used, &got); err != nil {
 		return err
 	}
 	if !got.Valid {
@@ -202,11 +205,11 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 	}
 	w.s.watchStatements.Add(1)
 	var released sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, name).Scan(&released); err != nil {
+	if err := w.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK('`+name+`')`).Scan(&released); err != nil {
 		return err
 	}
 	if !used {
-		pause := max(w.pause[holder]*2, silentFirst)
+		pause := max(w.pause[holder]*4, silentFirst)
 		pause = min(pause, bellWait)
 		w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
 		return nil
