@@ -77,8 +77,9 @@ func (s *Store) observe(req leadership.Request, res leadership.Result) {
 		if !known {
 			s.startBell()
 		}
-	} else {
-		delete(s.leading, t)
+	} else if _, led := s.leading[t]; led {
+		delete(s.leading, t) // lost: the bell is given up
+		kick(s.bellKick)
 	}
 	was := s.waitsOn[req.Name]
 	if !res.Acquired && res.Holder != "" && res.Holder != req.Holder {
@@ -141,7 +142,7 @@ func kick(ch chan struct{}) {
 // those released, and exits once it leads nothing and holds no bell.
 func (s *Store) ringBells(kicked <-chan struct{}, done chan struct{}) {
 	defer close(done)
-	b := bell{s: s, held: make(map[string]bool)}
+	b := bell{s: s, held: make(map[string]bool), retakeAt: make(map[string]time.Time), retakePause: make(map[string]time.Duration)}
 	defer b.drop()
 	var (
 		retryAt time.Time
@@ -180,11 +181,11 @@ func (s *Store) ringBells(kicked <-chan struct{}, done chan struct{}) {
 				backoff = bellRetry
 			}
 		}
-		switch {
-		case !retryAt.IsZero():
+		if !retryAt.IsZero() {
 			next = minTime(next, retryAt)
-		case len(b.held) < len(wanted): // a lock still passed along by watchers
-			next = minTime(next, time.Now().Add(time.Second))
+		}
+		for _, at := range b.retakeAt {
+			next = minTime(next, at)
 		}
 		timer.Reset(time.Until(next))
 		select {
@@ -209,6 +210,11 @@ type bell struct {
 	conn *sql.Conn
 	db   string          // DATABASE() of the connection
 	held map[string]bool // holder → its lock is held
+	// A lock another connection holds (watchers passing it along, or
+	// another process leading under the same holder name) is tried again
+	// after a pause of 1 s, doubling up to bellRetryMax.
+	retakeAt    map[string]time.Time
+	retakePause map[string]time.Duration
 }
 
 // sync rings the bells of rings that are held, gives up those no longer
@@ -221,8 +227,16 @@ func (b *bell) sync(ctx context.Context, wanted, rings map[string]bool) error {
 			}
 		}
 	}
+	for holder := range b.retakeAt {
+		if !wanted[holder] {
+			delete(b.retakeAt, holder)
+			delete(b.retakePause, holder)
+		} else if rings[holder] {
+			delete(b.retakeAt, holder) // a release: try at once
+		}
+	}
 	for holder := range wanted {
-		if b.held[holder] {
+		if b.held[holder] || time.Now().Before(b.retakeAt[holder]) {
 			continue
 		}
 		if b.conn == nil {
@@ -244,7 +258,12 @@ func (b *bell) sync(ctx context.Context, wanted, rings map[string]bool) error {
 		}
 		if got.Int64 == 1 {
 			b.held[holder] = true
-		} // 0: a watcher still has it; tried again in a second
+			delete(b.retakeAt, holder)
+			delete(b.retakePause, holder)
+			continue
+		}
+		pause := min(max(2*b.retakePause[holder], time.Second), bellRetryMax)
+		b.retakePause[holder], b.retakeAt[holder] = pause, time.Now().Add(pause)
 	}
 	if len(b.held) == 0 && b.conn != nil {
 		b.conn.Close() // holds no lock: back to the pool

@@ -205,11 +205,14 @@
 // for nothing, and they take over only after the row expires. The hint is
 // lost, and flags learn of the release at their next poll, when the
 // watcher was not waiting at the ring (busy with the previous one, or
-// pausing on a silent bell), waits on another holder's bell, or when the
-// server refuses GET_LOCK or a connection fails (the watcher then stops
-// until its flags are built again; a readTimeout in the DSN shorter than
-// 30 s fails its wait). Neither runs on a pool limited to fewer than three
-// connections. So the store does not report that its notifications reach
+// pausing on a silent bell), waits on another holder's bell, when its
+// connection has failed (a server restart, a readTimeout in the DSN or a
+// statement timeout shorter than 30 s: it takes a new one after 1 s,
+// doubling up to a minute), when two processes lead under one holder name
+// (only one holds the bell; the other tries again after 1 s, doubling up
+// to a minute), and for good when the server refuses GET_LOCK (the
+// watcher stops until its flags are built again). Neither runs on a pool
+// limited to fewer than three connections. So the store does not report that its notifications reach
 // other processes (no NotifiesOtherProcesses method), the default poll
 // interval stays capped at 2 s, and [Store.HintsOtherProcesses] reports
 // whether the watcher runs. [Store.Close] stops both and gives their

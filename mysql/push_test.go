@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,54 @@ func TestBellNamesFitAndNeedNoQuoting(t *testing.T) {
 			t.Errorf("BellName(%q, %q) = %q, the name of another pair", c[0], c[1], n)
 		}
 		seen[n] = true
+	}
+}
+
+// TestTheWatcherReconnects kills the watcher's connection, as a server
+// restart or a network failure does, and checks that the watcher takes a
+// new one: the next release still reaches the follower well before its
+// poll.
+func TestTheWatcherReconnects(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "reconnect", lease, poll)
+	store := newStore(t, openDB(t, dsn))
+	follower := buildFlag(t, store, "reconnect", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	admin := openDB(t, dsn)
+	var id int64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := admin.QueryRow(`SELECT id FROM information_schema.processlist
+WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sql.ErrNoRows) || time.Now().After(deadline) {
+			t.Fatalf("find the watcher's connection: %v", err)
+		}
+	}
+	if _, err := admin.Exec(`KILL ?`, id); err != nil {
+		t.Fatalf("kill the watcher's connection %d: %v", id, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new connection
+	if !store.HintsOtherProcesses() {
+		t.Fatal("the watcher stopped when its connection was killed")
+	}
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover after the watcher's reconnection took %v", took)
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have reconnected and woken the follower well before its %v poll", took, poll)
 	}
 }

@@ -79,8 +79,10 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 // the poll.
 func (s *Store) HintsOtherProcesses() bool { return s.watching.Load() }
 
-// watch runs the watcher until ctx ends or its connection fails (the
-// flags then poll, as without it).
+// watch runs the watcher until ctx ends or the server refuses its
+// GET_LOCK (the flags then poll, as without it). When its connection
+// fails (a server restart, a network failure, a statement timeout), it
+// takes a new one after a pause of 1 s, doubling up to a minute.
 func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<- struct{}) {
 	defer close(exited)
 	s.watching.Store(true)
@@ -89,22 +91,44 @@ func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<-
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	backoff := time.Second
 	for {
 		holder, wake := w.target()
-		if holder == "" {
-			timer.Reset(time.Until(wake))
-			select {
-			case <-ctx.Done():
-				return
-			case <-kicked:
-			case <-timer.C:
+		if holder != "" {
+			err := w.wait(ctx, holder)
+			if err == nil {
+				backoff = time.Second
+				continue
 			}
-			continue
+			if ctx.Err() != nil || refused(err) {
+				return
+			}
+			w.close()
+			wake = time.Now().Add(backoff)
+			backoff = min(2*backoff, time.Minute)
 		}
-		if err := w.wait(ctx, holder); err != nil {
+		timer.Reset(time.Until(wake))
+		select {
+		case <-ctx.Done():
 			return
+		case <-kicked:
+		case <-timer.C:
 		}
 	}
+}
+
+// refused reports whether err is the server's refusal of the watcher's
+// statements (GET_LOCK returned NULL, or an error reply other than an
+// interruption), after which the watcher stops for good.
+func refused(err error) bool {
+	if errors.Is(err, errBellRefused) {
+		return true
+	}
+	switch number(err) {
+	case 0, errQueryInterrupted, errMaxExecTimeExceed, errStatementTimeout, errServerShutdown, errConnectionKilled:
+		return false
+	}
+	return true
 }
 
 // watcher is the state of one watch.
@@ -135,16 +159,24 @@ func (w *watcher) target() (string, time.Time) {
 		own[t.holder] = true
 	}
 	count := make(map[string]int)
+	waited := make(map[string]bool)
 	for _, name := range names {
 		h, ok := w.s.waitsOn[name]
 		if !ok || own[h] {
 			continue
 		}
+		waited[h] = true
 		if until, quiet := w.silent[h]; quiet && until.After(now) {
 			wake = minTime(wake, until)
 			continue
 		}
 		count[h]++
+	}
+	for h := range w.silent {
+		if !waited[h] { // forget holders no flag waits on any more
+			delete(w.silent, h)
+			delete(w.pause, h)
+		}
 	}
 	if count[w.current] > 0 {
 		return w.current, wake
@@ -271,4 +303,5 @@ func (w *watcher) close() {
 	}
 	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
 	w.conn.Close()
+	w.conn = nil
 }
