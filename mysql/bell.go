@@ -89,6 +89,7 @@ func (s *Store) observe(req leadership.Request, res leadership.Result) {
 	}
 	if s.waitsOn[req.Name] != was {
 		kick(s.watchKick)
+		s.retarget()
 	}
 }
 

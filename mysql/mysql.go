@@ -179,9 +179,13 @@
 //   - The watcher (follower side). One runs per Store while any of its
 //     flags waits for releases (the first subscription starts it, the
 //     last one to end stops it), on one connection of the pool. It waits,
-//     with SELECT GET_LOCK(bell, 30), on the bell of the holder that its
-//     losing flags saw last (the current bell while a flag still waits on
-//     its holder, else the holder most of them wait on; the others poll).
+//     with SELECT GET_LOCK(bell, 300), on the bell of a holder its losing
+//     flags saw last: the current one while a flag of the store still
+//     waits on it, else the holder most of them wait on (the first by
+//     name on a tie); flags waiting on other holders poll. When no flag
+//     waits on the current holder any more (one took the row over, saw
+//     another holder, or was closed), the wait is cut short (the driver
+//     closes the connection) and the watcher moves, on a new connection.
 //     When granted, it releases the lock at once, so that every waiting
 //     process is granted in turn, then reads the free rows once (one
 //     SELECT in a read-only transaction) and wakes the flags waiting on a
@@ -190,14 +194,16 @@
 //
 // Cost: one connection for the bell while the store leads, one for the
 // watcher while it follows, whatever the number of flags; an idle
-// follower's store sends one statement per 30 s (the GET_LOCK that timed
-// out), its flags the same polls as without it; a release sends two
+// follower's store sends one statement per 5 minutes (the GET_LOCK that
+// timed out), its flags the same polls as without it; a release sends two
 // statements on the holder's side and five on each follower's store
 // (RELEASE_LOCK, then the look: START TRANSACTION, SELECT, COMMIT, and the
 // next GET_LOCK). A bell found not held (granted at once: its holder
-// crashed, closed, or could not take it) is left alone for 0.1 s, then
+// crashed, closed, or has not taken it yet) is left alone for 0.1 s, then
 // fourfold longer up to 30 s, so a crashed holder costs a few statements,
-// not a busy loop.
+// not a busy loop. A wait cut by a timeout of the client (readTimeout in
+// the DSN) or of the server (max_statement_time, max_execution_time)
+// after t makes later waits last t/2.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell
@@ -206,20 +212,20 @@
 // lost, and flags learn of the release at their next poll, when the
 // watcher was not waiting at the ring (busy with the previous one, or
 // pausing on a silent bell), waits on another holder's bell, when its
-// connection has failed (a server restart, a readTimeout in the DSN or a
-// statement timeout shorter than 30 s: it takes a new one after 1 s,
-// doubling up to a minute), when two processes lead under one holder name
-// (only one holds the bell; the other tries again after 1 s, doubling up
-// to a minute), and for good when the server refuses GET_LOCK (the
-// watcher stops until its flags are built again). Neither runs on a pool
-// limited to fewer than three connections. So the store does not report that its notifications reach
-// other processes (no NotifiesOtherProcesses method), the default poll
-// interval stays capped at 2 s, and [Store.HintsOtherProcesses] reports
-// whether the watcher runs. [Store.Close] stops both and gives their
-// connections back. Both modes use the same statements: no routine is
-// involved. The locks live on the server the pool connects to: processes
-// whose pools reach different nodes of a cluster (Galera) or a proxy that
-// does not pin sessions do not hear each other's bells.
+// connection has failed (a server restart, a network failure: it takes a
+// new one after 1 s, doubling up to a minute), when two processes lead
+// under one holder name (only one holds the bell; the other tries again
+// after 1 s, doubling up to a minute), and for good when the server
+// refuses GET_LOCK (the watcher then stops until its flags are built
+// again). Neither runs on a pool limited to fewer than three connections.
+// So the store does not report that its notifications reach other
+// processes (no NotifiesOtherProcesses method), the default poll interval
+// stays capped at 2 s, and [Store.HintsOtherProcesses] reports whether
+// the watcher runs. [Store.Close] stops both and gives their connections
+// back. Both modes use the same statements: no routine is involved. The
+// locks live on the server the pool connects to: processes whose pools
+// reach different nodes of a cluster (Galera) or a proxy that does not pin
+// sessions do not hear each other's bells.
 package mysql
 
 import (
@@ -261,7 +267,10 @@ type Store struct {
 	watchKick chan struct{}
 	wstop     context.CancelFunc // non-nil while the watcher runs
 	wexited   chan struct{}
-	watching  atomic.Bool // the watcher runs: HintsOtherProcesses
+	// The watcher's wait in progress: its holder, and how to cut it short.
+	waitHolder string
+	waitCancel context.CancelFunc
+	watching   atomic.Bool // the watcher runs: HintsOtherProcesses
 
 	watchStatements, watchRings atomic.Int64 // for tests
 }

@@ -236,3 +236,49 @@ WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
 		t.Errorf("handover took %v; the watcher should have reconnected and woken the follower well before its %v poll", took, poll)
 	}
 }
+
+// TestTheWatcherFollowsTheHolderItsFlagsWaitOn has a store follow two
+// flags led by two other processes, under the holder names h-a and h-b:
+// its watcher waits on h-a's bell (the first by name). When its flag on
+// h-a's row closes, no flag of the store waits on h-a any more, and the
+// watcher must move to h-b's bell at once, not after its GET_LOCK times
+// out: h-b's release then reaches the follower well before its poll.
+func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	build := func(store *mysql.Store, name, process string) *leadership.Flag {
+		t.Helper()
+		f, err := leadership.NewFlag().Store(store).Name(name).Process(process).Lease(lease).PollInterval(poll).Build(context.Background())
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	build(newStore(t, openDB(t, dsn)), "a", "h-a")
+	leaderB := build(newStore(t, openDB(t, dsn)), "b", "h-b")
+	store := newStore(t, openDB(t, dsn))
+	followerA := build(store, "a", "f")
+	followerB := build(store, "b", "f")
+	if followerA.Raised() || followerB.Raised() || !leaderB.Raised() {
+		t.Fatal("the flags of h-a and h-b should lead, the store's follow")
+	}
+	time.Sleep(300 * time.Millisecond) // the watcher now waits on h-a's bell
+	followerA.Close()
+	time.Sleep(300 * time.Millisecond) // and, once moved, on h-b's
+	closed := time.Now()
+	if err := leaderB.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := followerB.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover from h-b took %v", took)
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have moved to h-b's bell and woken the follower well before its %v poll", took, poll)
+	}
+}

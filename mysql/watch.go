@@ -20,14 +20,17 @@ import (
 const (
 	// bellWait is how long the watcher's GET_LOCK waits for a bell before
 	// it gives up and waits again: its one statement per bellWait while
-	// nothing is released.
-	bellWait = 30 * time.Second
+	// nothing is released. A wait on a bell no flag of the store waits on
+	// any more is cut short (see retarget), so only the statement's cost
+	// bounds it.
+	bellWait = 5 * time.Minute
 	// silentFirst is how long the watcher leaves a bell alone after it
 	// found the bell not held (its holder closed, crashed, could not take
 	// it, or has not taken it yet: a new holder takes its bell just after
 	// its first acquire returns); the pause grows fourfold, up to
-	// bellWait, while it stays so.
+	// silentMax, while it stays so.
 	silentFirst = 100 * time.Millisecond
+	silentMax   = 30 * time.Second
 )
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: releases by
@@ -56,6 +59,7 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 		}
 		done = true
 		unsubscribe()
+		s.retarget()
 		s.subs--
 		var exited chan struct{}
 		if s.subs == 0 && s.wstop != nil {
@@ -100,6 +104,10 @@ func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<-
 				backoff = time.Second
 				continue
 			}
+			if errors.Is(err, errRetarget) {
+				w.close() // the driver closed it to cut the wait short
+				continue
+			}
 			if ctx.Err() != nil || refused(err) {
 				return
 			}
@@ -139,6 +147,7 @@ type watcher struct {
 	current string               // the holder whose bell it waited on last
 	silent  map[string]time.Time // holder → when to try its bell again
 	pause   map[string]time.Duration
+	waitFor time.Duration    // the wait of GET_LOCK, when shorter than bellWait
 	looked  bool             // whether a look has been made
 	free    map[string]int64 // free rows at the last look: name → version
 }
@@ -201,6 +210,28 @@ func (w *watcher) target() (string, time.Time) {
 // errBellRefused stops the watcher: GET_LOCK returned NULL.
 var errBellRefused = errors.New("GET_LOCK returned NULL")
 
+// errRetarget ends a wait cut short by retarget.
+var errRetarget = errors.New("no flag waits on the holder of this bell any more")
+
+// retarget cuts the watcher's wait short when no flag of the store waits
+// on the holder of its bell any more (a flag took the row over, learned of
+// another holder, or was closed), so that it waits on the bell of the
+// holder they now wait on. The driver then closes the connection, and the
+// watcher takes a new one: this happens only when the holders change
+// without a ring. Called with s.pmu held.
+func (s *Store) retarget() {
+	if s.waitCancel == nil {
+		return
+	}
+	for _, name := range s.hub.Names() {
+		if s.waitsOn[name] == s.waitHolder {
+			return
+		}
+	}
+	s.waitCancel()
+	s.waitCancel = nil
+}
+
 // wait waits up to bellWait on holder's bell. When the bell rings, it
 // passes the lock on at once and wakes the flags whose row became free.
 // A bell granted at once is not held: the watcher leaves it alone for a
@@ -222,11 +253,34 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 		used bool
 		got  sql.NullInt64
 	)
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.s.pmu.Lock()
+	w.s.waitCancel, w.s.waitHolder = cancel, holder
+	w.s.retarget() // a change since target() chose it
+	w.s.pmu.Unlock()
 	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
 	// the wait began.
 	w.s.watchStatements.Add(1)
-	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
-		name, int(bellWait.Seconds()))).Scan(&used, &got); err != nil {
+	waitFor := w.waitFor
+	if waitFor == 0 {
+		waitFor = bellWait
+	}
+	began := time.Now()
+	err := w.conn.QueryRowContext(waitCtx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
+		name, int(waitFor.Seconds()))).Scan(&used, &got)
+	w.s.pmu.Lock()
+	w.s.waitCancel = nil
+	w.s.pmu.Unlock()
+	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
+		return errRetarget
+	}
+	if waited := time.Since(began); err != nil && waited >= 2*time.Second && !refused(err) {
+		// A wait cut by a timeout of the client (readTimeout in the DSN)
+		// or the server (max_statement_time): later waits end first.
+		w.waitFor = max(waited/2, time.Second).Truncate(time.Second)
+	}
+	if err != nil {
 		return err
 	}
 	if !got.Valid {
@@ -242,7 +296,7 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 	}
 	if !used {
 		pause := max(w.pause[holder]*4, silentFirst)
-		pause = min(pause, bellWait)
+		pause = min(pause, silentMax)
 		w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
 		return nil
 	}
