@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/mysql"
@@ -280,5 +282,43 @@ func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
 	t.Logf("handover from h-b took %v", took)
 	if took > time.Second {
 		t.Errorf("handover took %v; the watcher should have moved to h-b's bell and woken the follower well before its %v poll", took, poll)
+	}
+}
+
+// TestTheWatcherWaitsLessThanTheReadTimeout gives the follower's pool a
+// DSN with readTimeout=3s, which cuts the watcher's first GET_LOCK: the
+// watcher must then wait less than that, and a release a few seconds
+// later still reaches the follower well before its poll.
+func TestTheWatcherWaitsLessThanTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "timeout", lease, poll)
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ReadTimeout = 3 * time.Second
+	store := newStore(t, openDB(t, cfg.FormatDSN()))
+	follower := buildFlag(t, store, "timeout", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	// The first wait fails at 3 s, the watcher reconnects 1 s later and
+	// waits 2 s at a time from then on.
+	time.Sleep(8 * time.Second)
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover with readTimeout=3s took %v; the watcher sent %d statements", took, store.WatchStatements())
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have waited less than the read timeout and woken the follower well before its %v poll", took, poll)
 	}
 }
