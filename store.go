@@ -78,8 +78,10 @@ type Store interface {
 // wait for the next poll. The postgres store implements it with
 // LISTEN/NOTIFY; the memory store notifies the flags of the same process;
 // the sqlite store notifies the flags of the same process and, on Linux,
-// those of other processes through a file watcher, as a hint it does not
-// claim (no NotifiesOtherProcesses method).
+// those of other processes through a file watcher, and the mysql store
+// those of other processes through user-level locks, as a hint neither
+// claims (no NotifiesOtherProcesses method; their HintsOtherProcesses
+// method, which flags do not use, lets the conformance suite check it).
 //
 // A store whose notifications reach the flags of every process sharing the
 // database, not only those of the same Store value, also has the method

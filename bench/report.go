@@ -87,7 +87,7 @@ func (r *report) markdown() string {
 	p("")
 	p("How the two flags decide, from their source:")
 	p("")
-	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (on PostgreSQL, whose NOTIFY reaches every process, Lease: a follower asks once per lease, at the holder's expiry; on MySQL and SQLite, which do not claim that their release notifications reach other processes, Lease/3 capped at 2 s), on PostgreSQL at once on the NOTIFY a release sends, and on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`). `Close` releases the row.")
+	p("- ours: one statement per attempt; the holder renews every Lease/3 and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (on PostgreSQL, whose NOTIFY reaches every process, Lease: a follower asks once per lease, at the holder's expiry; on MySQL and SQLite, which do not claim that their release notifications reach other processes, Lease/3 capped at 2 s), on PostgreSQL at once on the NOTIFY a release sends, on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`), and on MySQL at once on the ring of the holder's bell (a user-level lock the store releases after a release, `GET_LOCK` in the follower's watcher). `Close` releases the row.")
 	p("- peer: every check runs `select now()`, then `select … from leadership_flags`, then an `update` when it holds or takes over (3 statements for the holder, 2 for a follower); checks every Interval/2 ± 20 %%; a follower takes over once the holder's timestamp is older than Interval. `Close` only stops the loop: it neither releases the row nor lowers `Raised()`, and a stalled holder stays raised until its next check.")
 	p("")
 
@@ -119,7 +119,7 @@ func (r *report) markdown() string {
 	// (2)
 	p("## 2. Graceful handover")
 	p("")
-	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, SQLite by its file watcher, MySQL by polling. The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
+	p("Same setup; the holder gets SIGTERM, on which the worker calls `Close` and exits. Time from the signal to another process raising. Ours at Lease %v (default poll interval: %v on PostgreSQL, %v on MySQL and SQLite): PostgreSQL hands over by NOTIFY, SQLite by its file watcher, MySQL by its bell (user-level locks, a hint: see the mysql package). The peer at Interval %v: its `Close` releases nothing, so its handover is a crash failover.", r.opts.gracefulLease, defaultPoll("postgres", r.opts.gracefulLease), defaultPoll("mysql", r.opts.gracefulLease), r.opts.lease)
 	p("")
 	head("database", "flag", "handovers", "median", "min", "max")
 	for _, c := range r.graceful {

@@ -162,15 +162,79 @@
 //
 // # Release notifications
 //
-// MySQL has no LISTEN/NOTIFY: flags of other processes learn of a release
-// at their next poll. Flags of the same process on one Store are woken at
-// once.
+// Flags of the same Store are woken at once by its releases. MySQL has no
+// LISTEN/NOTIFY; flags of other processes are woken by a hint carried by
+// user-level locks (GET_LOCK), which MySQL 5.7+ and MariaDB 10.0+ let one
+// connection hold many of:
+//
+//   - The bell (holder side). While flags of a Store lead, the store holds,
+//     on one connection of its pool, a lock named after the database and
+//     the holder name (a hash: names are limited to 64 characters), one
+//     per holder name it leads under. Right after a [Store.Release]
+//     commits, it rings: RELEASE_LOCK, then GET_LOCK again if the holder
+//     still leads. It sends nothing while nothing is released, and gives
+//     the connection back once it leads nothing (its terms released, lost,
+//     or past their lease without a renewal). [Store.Evict] does not ring:
+//     the row cannot be taken before its expiry.
+//   - The watcher (follower side). One runs per Store while any of its
+//     flags waits for releases (the first subscription starts it, the
+//     last one to end stops it), on one connection of the pool. It waits,
+//     with SELECT GET_LOCK(bell, 300), on the bell of a holder its losing
+//     flags saw last: the current one while a flag of the store still
+//     waits on it, else the holder most of them wait on (the first by
+//     name on a tie); flags waiting on other holders poll. When no flag
+//     waits on the current holder any more (one took the row over, saw
+//     another holder, or was closed), the wait is cut short (the driver
+//     closes the connection) and the watcher moves, on a new connection.
+//     When granted, it releases the lock at once, so that every waiting
+//     process is granted in turn, then reads the free rows once (one
+//     SELECT in a read-only transaction) and wakes the flags waiting on a
+//     row that has become free (a new (name, version) pair), as a release
+//     in this process wakes them.
+//
+// Cost: one connection for the bell while the store leads, one for the
+// watcher while it follows, whatever the number of flags; an idle
+// follower's store sends one statement per 5 minutes (the GET_LOCK that
+// timed out), its flags the same polls as without it; a release sends two
+// statements on the holder's side and five on each follower's store
+// (RELEASE_LOCK, then the look: START TRANSACTION, SELECT, COMMIT, and the
+// next GET_LOCK). A bell found not held (granted at once: its holder
+// crashed, closed, or has not taken it yet) is left alone for 0.1 s, then
+// fourfold longer up to 30 s, so a crashed holder costs a few statements,
+// not a busy loop. A wait cut by a timeout of the client (readTimeout in
+// the DSN) or of the server (max_statement_time, max_execution_time)
+// after t makes later waits last three quarters of t.
+//
+// The wake is a hint to attempt now, never a promise; the acquire
+// statement still decides by the row and the database clock, so a bell
+// that falls silent because its connection died (a crash) wakes followers
+// for nothing, and they take over only after the row expires. The hint is
+// lost, and flags learn of the release at their next poll, when the
+// watcher was not waiting at the ring (busy with the previous one, or
+// pausing on a silent bell), waits on another holder's bell, when its
+// connection has failed (a server restart, a network failure: it takes a
+// new one after 1 s, doubling up to a minute), when two processes lead
+// under one holder name (only one holds the bell; the other tries again
+// after 1 s, doubling up to a minute), and for good when the server
+// refuses GET_LOCK (the watcher then stops until its flags are built
+// again). Neither runs on a pool limited to fewer than three connections.
+// So the store does not report that its notifications reach other
+// processes (no NotifiesOtherProcesses method), the default poll interval
+// stays capped at 2 s, and [Store.HintsOtherProcesses] reports whether
+// the watcher runs. [Store.Close] stops both and gives their connections
+// back. Both modes use the same statements: no routine is involved. The
+// locks live on the server the pool connects to: processes whose pools
+// reach different nodes of a cluster (Galera) or a proxy that does not pin
+// sessions do not hear each other's bells.
 package mysql
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
@@ -188,6 +252,27 @@ type Store struct {
 	mu      sync.Mutex
 	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
 	stmts   prepared  // statement mode: prepared at their first use
+
+	// The cross-process release hint (bell.go, watch.go), under pmu.
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	pmu       sync.Mutex
+	closed    bool
+	leading   map[term]time.Time // terms led → end of their lease (local clock)
+	rings     map[string]bool    // holders whose bell to ring
+	bellKick  chan struct{}
+	bellDone  chan struct{}     // non-nil while the bell's goroutine runs
+	waitsOn   map[string]string // flag name → holder seen by its last losing attempt
+	subs      int               // subscriptions to NotifyReleases
+	watchKick chan struct{}
+	wstop     context.CancelFunc // non-nil while the watcher runs
+	wexited   chan struct{}
+	// The watcher's wait in progress: its holder, and how to cut it short.
+	waitHolder string
+	waitCancel context.CancelFunc
+	watching   atomic.Bool // the watcher runs: HintsOtherProcesses
+
+	watchStatements, watchRings atomic.Int64 // for tests
 }
 
 var (
@@ -222,8 +307,34 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{db: db}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
 	return s, nil
+}
+
+// Close stops the store's watcher and bell (see Release notifications)
+// and gives their connections back. It never closes db, and the store
+// keeps working without them: flags of other processes then learn of
+// this store's releases at their next poll. A store left unclosed stops
+// them anyway once its flags are closed and their terms released or past
+// their lease.
+func (s *Store) Close() error {
+	s.pmu.Lock()
+	s.closed = true
+	s.cancel()
+	bell := s.bellDone
+	var watcher chan struct{}
+	if s.wstop != nil {
+		watcher = s.wexited
+	}
+	s.pmu.Unlock()
+	if bell != nil {
+		<-bell
+	}
+	if watcher != nil {
+		<-watcher
+	}
+	return nil
 }

@@ -44,6 +44,7 @@ func newStore(t testing.TB, db *sql.DB, opts ...mysql.Option) *mysql.Store {
 	if err != nil {
 		t.Fatalf("mysql.New: %v", err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

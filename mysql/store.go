@@ -15,6 +15,15 @@ const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTA
 
 // Acquire implements [leadership.Store.Acquire].
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
+	res, err := s.acquireOnce(ctx, req)
+	if err == nil {
+		s.observe(req, res)
+	}
+	return res, err
+}
+
+// acquireOnce is one attempt of Acquire, in either mode.
+func (s *Store) acquireOnce(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
@@ -100,9 +109,13 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 	}
 	// holder always changes, so "rows affected" means the same with and
 	// without clientFoundRows.
-	return s.change(ctx, "release "+sqlstore.Quote(name), name, `
+	changed, err := s.change(ctx, "release "+sqlstore.Quote(name), name, `
 UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
 WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
+	if err == nil {
+		s.released(name, holder, changed) // rings the holder's bell
+	}
+	return changed, err
 }
 
 // Evict implements [leadership.Store.Evict].
@@ -191,10 +204,4 @@ ORDER BY f.name`)
 		return nil, time.Time{}, describe("list flags", err)
 	}
 	return out, time.UnixMicro(now), nil
-}
-
-// NotifyReleases implements [leadership.ReleaseNotifier] for flags on this
-// store (this process only).
-func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
-	return s.hub.Subscribe(name)
 }

@@ -102,6 +102,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -120,10 +121,11 @@ type Store struct {
 	migrated schema.Once
 
 	// The watcher (watch.go): running while wsubs > 0.
-	wmu     sync.Mutex
-	wsubs   int
-	wstop   func()
-	wexited chan struct{}
+	wmu      sync.Mutex
+	wsubs    int
+	wstop    func()
+	wexited  chan struct{}
+	watching atomic.Bool // the watcher watches the file: HintsOtherProcesses
 }
 
 var (

@@ -74,6 +74,14 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	}
 }
 
+// HintsOtherProcesses reports whether releases by other processes wake
+// this store's flags now: its watcher runs and file-change signals reach
+// it. It is a hint, not the claim of NotifiesOtherProcesses: flags keep
+// the 2 s cap on their default poll interval. The conformance suite
+// (storetest.Hinter) checks with it that a graceful handover between
+// processes comes well before the poll.
+func (s *Store) HintsOtherProcesses() bool { return s.watching.Load() }
+
 // watch runs the watcher until ctx ends. It does nothing (the flags poll)
 // for an in-memory database, a pool limited to one connection (the
 // watcher's would starve the flags), or where file-change signals are not
@@ -102,6 +110,8 @@ func (s *Store) watch(ctx context.Context, exited chan<- struct{}) {
 	if !w.check(ctx) {
 		return
 	}
+	s.watching.Store(true)
+	defer s.watching.Store(false)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()

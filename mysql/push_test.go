@@ -1,0 +1,324 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/mysql"
+)
+
+// buildFlag builds a flag named name on store with a poll interval long
+// enough that a handover well before it came from the release hint.
+func buildFlag(t *testing.T, store *mysql.Store, name string, lease, poll time.Duration) *leadership.Flag {
+	t.Helper()
+	f, err := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll).Build(context.Background())
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll builds a leader
+// and a follower, each on a *sql.DB of its own as two processes have, with
+// a 5 s poll interval, and checks that the follower takes over well before
+// its poll after the leader's Close: the release reached it through the
+// leader's bell and the follower's watcher.
+func TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		const poll = 5 * time.Second
+		stores := []*mysql.Store{newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)}
+		leader := buildFlag(t, stores[0], "handover", 30*time.Second, poll)
+		if !leader.Raised() {
+			t.Fatal("the first flag did not raise")
+		}
+		follower := buildFlag(t, stores[1], "handover", 30*time.Second, poll)
+		if follower.Raised() {
+			t.Fatal("the second flag raised while the first leads")
+		}
+		time.Sleep(300 * time.Millisecond) // the follower now waits out its poll
+		for round := range 3 {
+			closed := time.Now()
+			if err := leader.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+			err := follower.Wait(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: the follower did not take over: %v", round, err)
+			}
+			took := time.Since(closed)
+			t.Logf("round %d: handover took %v", round, took)
+			if took > time.Second {
+				t.Errorf("round %d: handover took %v; the release hint should have woken the follower well before its %v poll", round, took, poll)
+			}
+			// Back the other way: the follower's store now rings, the
+			// leader's store (a new flag on it) listens.
+			leader, follower = follower, buildFlag(t, stores[round%2], "handover", 30*time.Second, poll)
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+}
+
+// TestACrashedHolderIsNoRelease acquires a flag for a holder that then
+// "crashes": it never renews nor releases, and its bell's connection is
+// killed. The follower's watcher hears the bell fall silent, but the wake
+// is only a hint: no takeover happens before the row expires, and the
+// watcher, finding the bell no longer held, leaves it alone instead of
+// spinning on it.
+func TestACrashedHolderIsNoRelease(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	ctx := context.Background()
+	crashed := newStore(t, openDB(t, dsn))
+	if err := crashed.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 4 * time.Second
+	res, err := crashed.Acquire(ctx, leadership.Request{Name: "crash", Holder: "crashed", Lease: lease})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	acquired := time.Now()
+	admin := openDB(t, dsn)
+	var dbName string
+	if err := admin.QueryRow(`SELECT DATABASE()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	bell := mysql.BellName(dbName, "crashed")
+	var owner sql.NullInt64
+	for deadline := time.Now().Add(5 * time.Second); !owner.Valid; time.Sleep(10 * time.Millisecond) {
+		if err := admin.QueryRow(`SELECT IS_USED_LOCK(?)`, bell).Scan(&owner); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder's store did not take its bell")
+		}
+	}
+
+	store := newStore(t, openDB(t, dsn))
+	follower := buildFlag(t, store, "crash", lease, 500*time.Millisecond)
+	if follower.Raised() {
+		t.Fatal("the follower raised while the row is held")
+	}
+	time.Sleep(300 * time.Millisecond) // the watcher now waits on the bell
+	before := store.WatchStatements()
+	if _, err := admin.Exec(`KILL ?`, owner.Int64); err != nil {
+		t.Fatalf("kill the bell's connection %d: %v", owner.Int64, err)
+	}
+	if err := follower.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	raised := time.Now()
+	if early := acquired.Add(lease).Sub(raised); early > 0 {
+		t.Fatalf("the follower took over %v before the crashed holder's row expired", early)
+	}
+	sent := store.WatchStatements() - before
+	t.Logf("takeover %v after the acquire of a %v lease; the watcher sent %d statements meanwhile and heard %d rings",
+		raised.Sub(acquired), lease, sent, store.WatchRings())
+	// About: the ring of the kill (RELEASE_LOCK, a look of three), then a
+	// GET_LOCK and a RELEASE_LOCK at once and after pauses of 0.1 s,
+	// 0.4 s, 1.6 s, 6.4 s, …: 12 in 4 s.
+	if sent > 16 {
+		t.Errorf("the watcher sent %d statements in %v: it should leave a silent bell alone", sent, raised.Sub(acquired))
+	}
+}
+
+// TestTheWatcherAndTheBellHoldOneConnectionEach checks a store that leads
+// one flag and follows another, led by another process: at rest it holds
+// two connections of its pool, the bell's and the watcher's, whatever
+// the number of flags.
+func TestTheWatcherAndTheBellHoldOneConnectionEach(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	db, otherDB := openDB(t, dsn), openDB(t, dsn)
+	store, other := newStore(t, db), newStore(t, otherDB)
+	const lease, poll = 30 * time.Second, 10 * time.Second
+	for i := range 3 {
+		name := string(rune('a' + i))
+		if f := buildFlag(t, store, "led-"+name, lease, poll); !f.Raised() {
+			t.Fatal("the store's own flag did not raise")
+		}
+		if f := buildFlag(t, other, "followed-"+name, lease, poll); !f.Raised() {
+			t.Fatal("the other store's flag did not raise")
+		}
+		if f := buildFlag(t, store, "followed-"+name, lease, poll); f.Raised() {
+			t.Fatal("the follower raised")
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	least, most := 1<<30, 0
+	for range 20 {
+		n := db.Stats().InUse
+		least, most = min(least, n), max(most, n)
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Logf("connections in use: %d to %d", least, most)
+	if least != 2 || most > 3 {
+		t.Errorf("connections in use: %d to %d, want 2 at rest (the bell's and the watcher's), 3 at most during an attempt", least, most)
+	}
+}
+
+// TestBellNamesFitAndNeedNoQuoting checks that a bell's name fits the
+// 64 characters of a user-level lock name whatever the database and
+// holder names, has only characters that need no escaping in the
+// statements that spell it out, and differs between holders and between
+// databases.
+func TestBellNamesFitAndNeedNoQuoting(t *testing.T) {
+	long := strings.Repeat("é'\\", 100)
+	seen := map[string]bool{}
+	for _, c := range [][2]string{{"app", "a"}, {"app", "b"}, {"other", "a"}, {"app" + long, long}, {"ap", "pa"}, {"app", "pa"}} {
+		n := mysql.BellName(c[0], c[1])
+		if len(n) > 64 || strings.Trim(n, "abcdefghijklmnopqrstuvwxyz0123456789/") != "" {
+			t.Errorf("BellName(%q, %q) = %q: longer than 64 or with characters to escape", c[0], c[1], n)
+		}
+		if seen[n] {
+			t.Errorf("BellName(%q, %q) = %q, the name of another pair", c[0], c[1], n)
+		}
+		seen[n] = true
+	}
+}
+
+// TestTheWatcherReconnects kills the watcher's connection, as a server
+// restart or a network failure does, and checks that the watcher takes a
+// new one: the next release still reaches the follower well before its
+// poll.
+func TestTheWatcherReconnects(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "reconnect", lease, poll)
+	store := newStore(t, openDB(t, dsn))
+	follower := buildFlag(t, store, "reconnect", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	admin := openDB(t, dsn)
+	var id int64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := admin.QueryRow(`SELECT id FROM information_schema.processlist
+WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sql.ErrNoRows) || time.Now().After(deadline) {
+			t.Fatalf("find the watcher's connection: %v", err)
+		}
+	}
+	if _, err := admin.Exec(`KILL ?`, id); err != nil {
+		t.Fatalf("kill the watcher's connection %d: %v", id, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new connection
+	if !store.HintsOtherProcesses() {
+		t.Fatal("the watcher stopped when its connection was killed")
+	}
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover after the watcher's reconnection took %v", took)
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have reconnected and woken the follower well before its %v poll", took, poll)
+	}
+}
+
+// TestTheWatcherFollowsTheHolderItsFlagsWaitOn has a store follow two
+// flags led by two other processes, under the holder names h-a and h-b:
+// its watcher waits on h-a's bell (the first by name). When its flag on
+// h-a's row closes, no flag of the store waits on h-a any more, and the
+// watcher must move to h-b's bell at once, not after its GET_LOCK times
+// out: h-b's release then reaches the follower well before its poll.
+func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	build := func(store *mysql.Store, name, process string) *leadership.Flag {
+		t.Helper()
+		f, err := leadership.NewFlag().Store(store).Name(name).Process(process).Lease(lease).PollInterval(poll).Build(context.Background())
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	build(newStore(t, openDB(t, dsn)), "a", "h-a")
+	leaderB := build(newStore(t, openDB(t, dsn)), "b", "h-b")
+	store := newStore(t, openDB(t, dsn))
+	followerA := build(store, "a", "f")
+	followerB := build(store, "b", "f")
+	if followerA.Raised() || followerB.Raised() || !leaderB.Raised() {
+		t.Fatal("the flags of h-a and h-b should lead, the store's follow")
+	}
+	time.Sleep(300 * time.Millisecond) // the watcher now waits on h-a's bell
+	followerA.Close()
+	time.Sleep(300 * time.Millisecond) // and, once moved, on h-b's
+	closed := time.Now()
+	if err := leaderB.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := followerB.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover from h-b took %v", took)
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have moved to h-b's bell and woken the follower well before its %v poll", took, poll)
+	}
+}
+
+// TestTheWatcherWaitsLessThanTheReadTimeout gives the follower's pool a
+// DSN with readTimeout=3s, which cuts the watcher's first GET_LOCK: the
+// watcher must then wait less than that, and a release a few seconds
+// later still reaches the follower well before its poll.
+func TestTheWatcherWaitsLessThanTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "timeout", lease, poll)
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ReadTimeout = 3 * time.Second
+	store := newStore(t, openDB(t, cfg.FormatDSN()))
+	follower := buildFlag(t, store, "timeout", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	// The first wait fails at 3 s, the watcher reconnects 1 s later and
+	// waits 2 s at a time from then on.
+	time.Sleep(8 * time.Second)
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	took := time.Since(closed)
+	t.Logf("handover with readTimeout=3s took %v; the watcher sent %d statements", took, store.WatchStatements())
+	if took > time.Second {
+		t.Errorf("handover took %v; the watcher should have waited less than the read timeout and woken the follower well before its %v poll", took, poll)
+	}
+}
