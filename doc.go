@@ -71,10 +71,11 @@
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
-//     sqlite across processes on Linux, as a hint; memstore within one
-//     process). With [FlagBuilder.HoldAtLeast], Close lowers at once but
-//     keeps the term, renewed, until the hold has passed since it was
-//     acquired, then releases it.
+//     sqlite across processes on Linux and mysql through the holder's
+//     bell, both as hints; memstore within one process). With
+//     [FlagBuilder.HoldAtLeast], Close lowers at once but keeps the term,
+//     renewed, until the hold has passed since it was acquired, then
+//     releases it.
 //   - Errors lower nothing early. A failed renewal is retried with backoff;
 //     the flag stays raised until the end of its trust window, is lowered
 //     then, and is raised again when the database answers and the term is

@@ -110,7 +110,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 			db.Close()
 			return nil, err
 		}
-		return &Opened{Store: s, Kind: kind, DB: db, close: func() { db.Close() }}, nil
+		return &Opened{Store: s, Kind: kind, DB: db, close: func() { s.Close(); db.Close() }}, nil
 	}
 }
 
