@@ -7,6 +7,7 @@ package leadership_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -59,13 +60,16 @@ func (s *sim) event() {
 		if s.live() > 1 {
 			if p := s.pick(stateRunning); p != nil {
 				p.setState(stateClosing)
-				f := p.flag.Load()
 				s.logf("%s closes", p)
 				kind = "close"
-				p.closed.Store(true)
+				for _, m := range p.members {
+					m.closed.Store(true)
+				}
 				s.wg.Go(func() {
-					err := f.Close()
-					s.logf("%s closed: %v", p, err)
+					for _, m := range p.members {
+						err := m.flag.Load().Close()
+						s.logf("%s closed: %v", m, err)
+					}
 					if p.state() == stateClosing {
 						p.setState(stateClosed)
 					}
@@ -88,8 +92,12 @@ func (s *sim) event() {
 		s.mu.Lock()
 		s.lastWrite = s.clock.Now().Add(s.offset)
 		s.mu.Unlock()
-		ok, err := s.store.Evict(context.Background(), simFlag)
-		s.logf("eviction: %v %v", ok, err)
+		name := simFlag
+		if s.opt.batch {
+			name = s.names[s.rng.IntN(len(s.names))]
+		}
+		ok, err := s.store.Evict(context.Background(), name)
+		s.logf("eviction of %s: %v %v", name, ok, err)
 		kind = "eviction"
 	case 8: // the database clock changes rate
 		if s.rateLo != s.rateHi {
@@ -221,10 +229,11 @@ type callPlan struct {
 	lose, loseHang        bool          // the reply is lost after the statement ran
 }
 
-func (p *proc) plan() callPlan {
+// plan draws from r what the adversary does to a call of p whose caller
+// has the given timeout and lease.
+func (p *proc) plan(r *rand.Rand, timeout, lease time.Duration) callPlan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.rng
 	latency := func() time.Duration { return time.Duration(1 + r.Int64N(int64(time.Millisecond))) }
 	c := callPlan{pre: latency()} // the reply is instant unless delayed below
 	if !p.s.adversary.Load() {
@@ -233,15 +242,15 @@ func (p *proc) plan() callPlan {
 	uniform := func(d time.Duration) time.Duration { return time.Duration(r.Int64N(int64(d))) }
 	switch x := r.Float64() / p.s.intensity; {
 	case x < 0.08:
-		c.pre += uniform(3 * p.timeout / 2)
+		c.pre += uniform(3 * timeout / 2)
 		c.onWire = r.IntN(2) == 0
 	case x < 0.16:
-		c.post += uniform(3 * p.timeout / 2)
+		c.post += uniform(3 * timeout / 2)
 	case x < 0.19:
-		c.pre += uniform(5 * p.lease / 2)
+		c.pre += uniform(5 * lease / 2)
 		c.preFrozen = true
 	case x < 0.22:
-		c.post += uniform(5 * p.lease / 2)
+		c.post += uniform(5 * lease / 2)
 		c.postFrozen = true
 	case x < 0.28:
 		c.failBefore = true
@@ -255,33 +264,22 @@ func (p *proc) plan() callPlan {
 // statement at the database, atomically, at the instant it is called; key
 // identifies its outcome for the digest, text describes it for the trace,
 // and raises (if not nil) tells whether the reply can raise the flag.
-func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error), key func(T) uint64, text func(T, error) string, raises func(T) bool) (_ T, err error) {
+func call[T any](m *member, ctx context.Context, op string, exec func() (T, error), key func(T) uint64, text func(T, error) string, raises func(T) bool) (_ T, err error) {
 	var zero T
-	s := p.s
+	p, s := m.p, m.p.s
 	run := func(how string) (T, error) {
 		res, err := exec()
-		s.ran(p, op+how, key(res), func() string { return text(res, err) })
+		s.ran(m, op+how, key(res), func() string { return text(res, err) })
 		return res, err
 	}
 	if s.opt.verbose {
 		defer func() {
 			if err != nil {
-				s.logf("%s %s returns %v", p, op, err)
+				s.logf("%s %s returns %v", m, op, err)
 			}
 		}()
 	}
-	if ctx.Err() != nil {
-		// The flag's loop makes no attempt once Close has cancelled it
-		// (loop.go; such an attempt, vetoed, dropped the term without
-		// releasing it). Only at the teardown, where every flag closes at
-		// one instant while the others' releases wake it, may a call begin
-		// as its Close cancels the loop.
-		select {
-		case <-s.teardown:
-		default:
-			s.setLiveness(fmt.Sprintf("at %v %s began %s with a context that Close had cancelled", s.since(), p, op))
-		}
-	}
+	m.checkBegin(ctx, op)
 	if p.state() == stateCrashed {
 		<-s.teardown
 		return zero, errCrashed
@@ -295,7 +293,7 @@ func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error)
 		// first).
 		return zero, err
 	}
-	c := p.plan()
+	c := p.plan(m.rng, m.timeout, m.lease)
 	s.quiet(time.Now().Add(c.pre + c.post))
 	if c.preFrozen {
 		time.Sleep(c.pre)
@@ -342,6 +340,24 @@ func call[T any](p *proc, ctx context.Context, op string, exec func() (T, error)
 		s.poke()
 	}
 	return res, err
+}
+
+// checkBegin reports a liveness violation if m's call op begins with a
+// context that Close has cancelled.
+func (m *member) checkBegin(ctx context.Context, op string) {
+	s := m.p.s
+	if ctx.Err() != nil {
+		// The flag's loop makes no attempt once Close has cancelled it
+		// (loop.go; such an attempt, vetoed, dropped the term without
+		// releasing it). Only at the teardown, where every flag closes at
+		// one instant while the others' releases wake it, may a call begin
+		// as its Close cancels the loop.
+		select {
+		case <-s.teardown:
+		default:
+			s.setLiveness(fmt.Sprintf("at %v %s began %s with a context that Close had cancelled", s.since(), m, op))
+		}
+	}
 }
 
 func later(a, b time.Time) time.Time {
