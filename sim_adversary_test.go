@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -62,14 +63,20 @@ func (s *sim) event() {
 				p.setState(stateClosing)
 				s.logf("%s closes", p)
 				kind = "close"
+				// Its flags close at once: one after the other, a flag's
+				// Close could coincide with its loop's wake-up when the
+				// previous flag's Close returns.
+				var closing sync.WaitGroup
 				for _, m := range p.members {
 					m.closed.Store(true)
+					f := m.flag.Load()
+					closing.Go(func() {
+						err := f.Close()
+						s.logf("%s closed: %v", m, err)
+					})
 				}
 				s.wg.Go(func() {
-					for _, m := range p.members {
-						err := m.flag.Load().Close()
-						s.logf("%s closed: %v", m, err)
-					}
+					closing.Wait()
 					if p.state() == stateClosing {
 						p.setState(stateClosed)
 					}

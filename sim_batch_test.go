@@ -195,6 +195,7 @@ func (b *batcher) take() (sorted, queued []*pending) {
 	}
 	b.queue = slices.DeleteFunc(b.queue, func(q *pending) bool {
 		if q.ctx.Err() != nil { // its caller has returned already
+			q.err = q.ctx.Err()
 			close(q.done)
 			return true
 		}
@@ -272,6 +273,8 @@ func (p *proc) batchPlan(batch []*pending) batchPlan {
 	if !p.s.adversary.Load() {
 		return c
 	}
+	var quiet time.Time
+	defer func() { p.s.quiet(quiet) }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.rng
@@ -284,7 +287,7 @@ func (p *proc) batchPlan(batch []*pending) batchPlan {
 	for _, q := range batch {
 		if r.Float64()/p.s.intensity < 0.03 {
 			q.pause = time.Duration(r.Int64N(int64(5 * q.m.lease / 2)))
-			p.s.quiet(time.Now().Add(q.pause + q.m.timeout))
+			quiet = later(quiet, time.Now().Add(q.pause+q.m.timeout))
 		}
 	}
 	return c

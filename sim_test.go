@@ -56,12 +56,22 @@ package leadership_test
 // statements race at the same virtual instant. A failing seed prints how to
 // replay it with a trace.
 //
+// Batch mode (TestSimulationBatched, sim_batch_test.go) runs the same
+// adversary and checker on processes that each run several flags (2 to 4
+// names, sometimes two flags of one name) on one Store whose concurrent
+// Acquires go out in batches as the postgres store sends them: several
+// flags' attempts decided at one database instant and committed or rolled
+// back together, queued behind up to two batches in flight, failing or
+// losing their reply as a whole. The checker then checks every name.
+//
 // The files: sim_test.go holds the entry points, the runner and the
 // checker; sim_adversary_test.go the adversary; sim_process_test.go the
-// process model; sim_db_test.go the database clock and the mutant stores.
+// process model; sim_batch_test.go the batched path and its mutants;
+// sim_db_test.go the database clock and the mutant stores.
 //
 // Environment: LEADERSHIP_SIM_SCHEDULES sets how many schedules to run
-// (default simDefaultSchedules; the long mode is 100000),
+// (default simDefaultSchedules, simBatchSchedules in batch mode; the long
+// mode is 100000),
 // LEADERSHIP_SIM_FIRST_SEED the first seed (default 1), and
 // LEADERSHIP_SIM_SEED replays one seed with its trace.
 
