@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -189,5 +190,63 @@ func checkConcurrentNames(t *testing.T, open Open) {
 	}
 	if found != len(names) {
 		t.Errorf("Flags lists %d of the %d names", found, len(names))
+	}
+}
+
+// checkManyFlagsPerStore runs three processes, each one store with a flag
+// for each of many names, as services with many flags do (the postgres
+// store then batches their attempts): every name gets a leader, and after
+// a process closes, each name it led passes to another process at a higher
+// token, while a monitor per name checks that two flags of one name are
+// never raised at once.
+func checkManyFlagsPerStore(t *testing.T, open Open) {
+	const names, procs = 12, 3
+	base := uniqueName(t)
+	mons := make([]*monitor, names)
+	flags := make([][]*leadership.Flag, procs) // by process, then name
+	for i := range mons {
+		mons[i] = newMonitor(t)
+	}
+	for p := range procs {
+		s := open(t)
+		connect(t, s)
+		for i := range names {
+			b := leadership.NewFlag().Store(s).Name(fmt.Sprintf("%s-%02d", base, i)).Process(fmt.Sprintf("p%d", p))
+			flags[p] = append(flags[p], mons[i].buildWith(t, b, lease))
+		}
+	}
+	for _, m := range mons {
+		m.waitForLeader(t, lease+slack)
+	}
+	time.Sleep(2 * lease) // renewing, and attempting as followers, in batches
+	leaders := make([]*leadership.Flag, names)
+	for i, m := range mons {
+		leaders[i] = m.waitForLeader(t, slack)
+	}
+	// The process leading name 0 closes all its flags at once.
+	closing := slices.IndexFunc(flags, func(fs []*leadership.Flag) bool { return fs[0] == leaders[0] })
+	tokens := make([]int64, names)
+	for i, f := range leaders {
+		tokens[i], _ = f.Token()
+	}
+	var wg sync.WaitGroup
+	for _, f := range flags[closing] {
+		wg.Go(func() {
+			if err := f.Close(); err != nil {
+				// A release may time out when many writers contend (SQLite
+				// has one); the term then expires within the lease.
+				t.Logf("Close: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	for i, m := range mons {
+		if !slices.Contains(flags[closing], leaders[i]) {
+			continue
+		}
+		next := m.waitForLeader(t, poll+slack, leaders[i])
+		if got, _ := next.Token(); got <= tokens[i] {
+			t.Errorf("name %d: token after handover = %d, want above %d", i, got, tokens[i])
+		}
 	}
 }
