@@ -42,7 +42,7 @@ const (
 	// simBatchSchedules is the default number of batched schedules, each
 	// with about three times the flags of a schedule of TestSimulation
 	// and five times its cost; the long mode runs more.
-	simBatchSchedules = 100
+	simBatchSchedules = 60
 )
 
 // The batched path's mutants: each breaks a per-row rule only when
@@ -278,7 +278,9 @@ func (p *proc) batchPlan(batch []*pending) batchPlan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.rng
-	if r.Float64()/p.s.intensity < 0.08 {
+	// A failed statement, more often in a batch of several, where it rolls
+	// back the statements before it.
+	if r.Float64()/p.s.intensity < 0.08*float64(min(len(batch), 3)) {
 		// The first statement's failure is failBefore's; a later one's
 		// rolls back statements that ran.
 		c.failAt, c.retry = r.IntN(max(len(batch)-1, 1))+min(len(batch)-1, 1), r.IntN(2) == 0

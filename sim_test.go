@@ -278,7 +278,7 @@ func TestSimulationReplaysExactly(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		seeds := uint64(50)
 		if batch {
-			seeds = 8 // each as costly as five of the others
+			seeds = 4 // each as costly as five of the others
 		}
 		for seed := uint64(1); seed <= seeds; seed++ {
 			opt := simOptions{run: "TestSimulationReplaysExactly$", seed: seed, batch: batch}
