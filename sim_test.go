@@ -56,12 +56,22 @@ package leadership_test
 // statements race at the same virtual instant. A failing seed prints how to
 // replay it with a trace.
 //
+// Batch mode (TestSimulationBatched, sim_batch_test.go) runs the same
+// adversary and checker on processes that each run several flags (2 to 4
+// names, sometimes two flags of one name) on one Store whose concurrent
+// Acquires go out in batches as the postgres store sends them: several
+// flags' attempts decided at one database instant and committed or rolled
+// back together, queued behind up to two batches in flight, failing or
+// losing their reply as a whole. The checker then checks every name.
+//
 // The files: sim_test.go holds the entry points, the runner and the
 // checker; sim_adversary_test.go the adversary; sim_process_test.go the
-// process model; sim_db_test.go the database clock and the mutant stores.
+// process model; sim_batch_test.go the batched path and its mutants;
+// sim_db_test.go the database clock and the mutant stores.
 //
 // Environment: LEADERSHIP_SIM_SCHEDULES sets how many schedules to run
-// (default simDefaultSchedules; the long mode is 100000),
+// (default simDefaultSchedules, simBatchSchedules in batch mode; the long
+// mode is 100000),
 // LEADERSHIP_SIM_FIRST_SEED the first seed (default 1), and
 // LEADERSHIP_SIM_SEED replays one seed with its trace.
 
@@ -188,6 +198,9 @@ func runSimulation(t *testing.T, opt simOptions) {
 	}
 
 	def := simDefaultSchedules
+	if opt.batch {
+		def = simBatchSchedules
+	}
 	if testing.Short() {
 		def /= 10
 	}
@@ -198,6 +211,7 @@ func runSimulation(t *testing.T, opt simOptions) {
 	var total simResult
 	var schedules int
 	total.kinds = map[string]int{}
+	total.batchKinds = map[string]int{}
 	start := time.Now()
 	t.Run("schedules", func(t *testing.T) {
 		for w := range workers {
@@ -215,6 +229,12 @@ func runSimulation(t *testing.T, opt simOptions) {
 					total.calls += res.calls
 					total.events += res.events
 					total.terms += res.terms
+					total.batches += res.batches
+					total.batched += res.batched
+					total.biggest = max(total.biggest, res.biggest)
+					for k, v := range res.batchKinds {
+						total.batchKinds[k] += v
+					}
 					total.length += res.length
 					for k, v := range res.kinds {
 						total.kinds[k] += v
@@ -240,18 +260,33 @@ func runSimulation(t *testing.T, opt simOptions) {
 	t.Logf("%d schedules (seeds %d..%d) in %v on %d workers, %d violations: %v of virtual time, %d store statements, %d terms of leadership, %d adversary events (%s)",
 		schedules, first, first+uint64(n)-1, time.Since(start).Round(time.Millisecond), workers, failures.Load(),
 		total.length.Round(time.Second), total.calls, total.terms, total.events, strings.Join(kinds, ", "))
+	if opt.batch {
+		kinds = kinds[:0]
+		for k, v := range total.batchKinds {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+		}
+		slices.Sort(kinds)
+		t.Logf("batches: %d sent, %d statements in them, %.2f on average, %d at most (%s)",
+			total.batches, total.batched, float64(total.batched)/float64(max(total.batches, 1)), total.biggest, strings.Join(kinds, ", "))
+	}
 }
 
 // TestSimulationReplaysExactly checks that a schedule is a function of its
 // seed: the same seeds run twice give the same statements at the same
 // instants, so a failing seed replays.
 func TestSimulationReplaysExactly(t *testing.T) {
-	for seed := uint64(1); seed <= 50; seed++ {
-		opt := simOptions{run: "TestSimulationReplaysExactly$", seed: seed}
-		a, b := runSchedule(t, opt), runSchedule(t, opt)
-		if a.digest != b.digest || a.calls != b.calls || a.length != b.length {
-			t.Fatalf("seed %d ran differently twice: %d statements over %v, then %d over %v",
-				seed, a.calls, a.length, b.calls, b.length)
+	for _, batch := range []bool{false, true} {
+		seeds := uint64(50)
+		if batch {
+			seeds = 4 // each as costly as five of the others
+		}
+		for seed := uint64(1); seed <= seeds; seed++ {
+			opt := simOptions{run: "TestSimulationReplaysExactly$", seed: seed, batch: batch}
+			a, b := runSchedule(t, opt), runSchedule(t, opt)
+			if a.digest != b.digest || a.calls != b.calls || a.length != b.length {
+				t.Fatalf("seed %d (batch mode %v) ran differently twice: %d statements over %v, then %d over %v",
+					seed, batch, a.calls, a.length, b.calls, b.length)
+			}
 		}
 	}
 }
@@ -287,19 +322,24 @@ type simOptions struct {
 	seed    uint64
 	verbose bool
 	mutant  string // one of the mutant constants, or "" for the real algorithm
+	batch   bool   // several flags per process, their Acquires in batches (sim_batch_test.go)
 }
 
 // simResult is the outcome of one schedule.
 type simResult struct {
-	safety   string // first safety violation, "" if none
-	liveness string // first liveness violation, "" if none
-	calls    int    // store calls made by flags
-	events   int    // adversary events
-	kinds    map[string]int
-	terms    int64 // terms seen raised (a new highest token)
-	length   time.Duration
-	digest   uint64 // hash of every statement the store ran, with its instant
-	trace    []string
+	safety     string // first safety violation, "" if none
+	liveness   string // first liveness violation, "" if none
+	calls      int    // store calls made by flags
+	events     int    // adversary events
+	kinds      map[string]int
+	terms      int64          // terms seen raised (a new highest token)
+	batches    int            // batch mode: batches sent,
+	batched    int            // the statements in them,
+	biggest    int            // and the largest batch
+	batchKinds map[string]int // batches and requests by what happened to them
+	length     time.Duration
+	digest     uint64 // hash of every statement the store ran, with its instant
+	trace      []string
 }
 
 // The mutants: each breaks one rule of the algorithm or one assumption.
@@ -402,9 +442,17 @@ type sim struct {
 	lastWrite   time.Time     // database clock at the last statement the database ran
 	offset      time.Duration // of the database clock from s.clock, the sum of the failovers' offsets
 	res         simResult
-	maxToken    int64
-	tokenFlag   *leadership.Flag
-	quietAt     time.Time // when the adversary's last effect ends
+	tokens      map[string]*tokenSeen // by flag name
+	quietAt     time.Time             // when the adversary's last effect ends
+
+	names []string // the flag names: simFlag, or several in batch mode
+}
+
+// tokenSeen is the highest token the checker saw raised for one name, and
+// the flag that raised it.
+type tokenSeen struct {
+	max  int64
+	flag *leadership.Flag
 }
 
 func newSim(opt simOptions) *sim {
@@ -421,6 +469,9 @@ func newSim(opt simOptions) *sim {
 		intensity: 0.15 + 0.85*rng.Float64(),
 	}
 	s.res.kinds = map[string]int{}
+	s.res.batchKinds = map[string]int{}
+	s.tokens = map[string]*tokenSeen{}
+	s.names = []string{simFlag}
 	opts := []memstore.Option{memstore.WithClock(s.clock.Now), memstore.WithHistory(simHistory)}
 	switch opt.mutant {
 	case mutantNoGuard:
@@ -467,6 +518,15 @@ func newSim(opt simOptions) *sim {
 	if opt.mutant == mutantFastClock {
 		s.rateLo, s.rateHi = 1.2*bound, 1.5*bound
 		s.clock.SetRate(s.rateLo)
+	}
+	if opt.batch {
+		s.names = s.names[:0]
+		for i := range 2 + rng.IntN(3) {
+			s.names = append(s.names, fmt.Sprintf("job%d", i))
+		}
+	}
+	for _, n := range s.names {
+		s.tokens[n] = &tokenSeen{}
 	}
 	return s
 }
@@ -544,47 +604,63 @@ func (s *sim) poke() {
 	}
 }
 
-// scan checks the invariants now and returns how many flags are raised.
+// scan checks the invariants now and returns how many flags are raised:
+// of the name with the fewest raised, in batch mode.
 func (s *sim) scan(why string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var up []*proc
+	up := map[string][]*member{}
 	for _, p := range s.procs {
-		if f := p.flag.Load(); f != nil && f.Raised() {
-			up = append(up, p)
+		for _, m := range p.members {
+			if f := m.flag.Load(); f != nil && f.Raised() {
+				up[m.flagName] = append(up[m.flagName], m)
+			}
 		}
 	}
+	fewest := -1
+	for _, name := range s.names {
+		s.scanName(why, name, up[name])
+		if n := len(up[name]); fewest < 0 || n < fewest {
+			fewest = n
+		}
+	}
+	return fewest
+}
+
+// scanName checks the invariants of one flag name whose raised flags are
+// up. s.mu is held.
+func (s *sim) scanName(why, name string, up []*member) {
 	if len(up) > 1 && s.res.safety == "" {
 		var who []string
-		for _, p := range up {
-			tok, _ := p.flag.Load().Token()
-			who = append(who, fmt.Sprintf("%s (process %q, lease %v, token %d)", p, p.name, p.lease, tok))
+		for _, m := range up {
+			tok, _ := m.flag.Load().Token()
+			who = append(who, fmt.Sprintf("%s (process %q, lease %v, token %d)", m, m.p.name, m.lease, tok))
 		}
-		s.res.safety = fmt.Sprintf("at %v (after %s) %d flags raised at once: %s",
-			s.since(), why, len(up), strings.Join(who, ", "))
+		s.res.safety = fmt.Sprintf("at %v (after %s) %d flags %q raised at once: %s",
+			s.since(), why, len(up), name, strings.Join(who, ", "))
 	}
-	for _, p := range up {
-		f := p.flag.Load()
+	seen := s.tokens[name]
+	for _, m := range up {
+		f := m.flag.Load()
 		tok, ok := f.Token()
 		if !ok {
 			continue
 		}
 		if s.res.safety == "" {
-			if tok < s.maxToken {
-				s.res.safety = fmt.Sprintf("at %v %s raised with token %d after token %d: the fencing token went backwards",
-					s.since(), p, tok, s.maxToken)
-			} else if tok == s.maxToken && s.tokenFlag != nil && f != s.tokenFlag {
-				s.res.safety = fmt.Sprintf("at %v %s raised with token %d, which another flag held", s.since(), p, tok)
+			if tok < seen.max {
+				s.res.safety = fmt.Sprintf("at %v %s raised with token %d after token %d: the fencing token of %q went backwards",
+					s.since(), m, tok, seen.max, name)
+			} else if tok == seen.max && seen.flag != nil && f != seen.flag {
+				s.res.safety = fmt.Sprintf("at %v %s raised with token %d of %q, which another flag held", s.since(), m, tok, name)
 			}
 		}
-		if tok > s.maxToken || tok == s.maxToken && f != s.tokenFlag {
+		if tok > seen.max || tok == seen.max && f != seen.flag {
 			s.res.terms++
 		}
-		if tok >= s.maxToken {
-			s.maxToken, s.tokenFlag = tok, f
+		if tok >= seen.max {
+			seen.max, seen.flag = tok, f
 		}
 	}
-	return len(up)
 }
 
 // calm stops the adversary and checks liveness: a flag raises within a
@@ -648,8 +724,10 @@ func (s *sim) finish() {
 	procs := append([]*proc(nil), s.procs...)
 	s.mu.Unlock()
 	for _, p := range procs {
-		if f := p.flag.Load(); f != nil && p.closed.CompareAndSwap(false, true) {
-			s.wg.Go(func() { _ = f.Close() })
+		for _, m := range p.members {
+			if f := m.flag.Load(); f != nil && m.closed.CompareAndSwap(false, true) {
+				s.wg.Go(func() { _ = f.Close() })
+			}
 		}
 	}
 	s.wg.Wait()
@@ -660,15 +738,15 @@ func (s *sim) finish() {
 
 // ran records a statement that the store ran: key identifies its outcome
 // for the digest, and text describes it in the trace.
-func (s *sim) ran(p *proc, op string, key uint64, text func() string) {
+func (s *sim) ran(m *member, op string, key uint64, text func() string) {
 	s.mu.Lock()
 	s.lastWrite = s.clock.Now().Add(s.offset)
 	s.res.calls++
 	h := splitmix(s.res.digest ^ uint64(s.since()))
-	h = splitmix(h ^ uint64(p.id)<<48 ^ uint64(len(op)))
+	h = splitmix(h ^ uint64(m.p.id)<<48 ^ uint64(m.idx)<<40 ^ uint64(len(op)))
 	s.res.digest = splitmix(h ^ key)
 	s.mu.Unlock()
 	if s.opt.verbose {
-		s.logf("%s %s: %s", p, op, text())
+		s.logf("%s %s: %s", m, op, text())
 	}
 }

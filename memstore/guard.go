@@ -121,19 +121,24 @@ func (s *Store) Failover(lose, clockOffset time.Duration) error {
 				break
 			}
 			s.log = s.log[:len(s.log)-1]
-			switch {
-			case u.guard:
-				s.guard = u.prev
-			case u.exists:
-				s.rows[u.name] = u.row
-			default:
-				delete(s.rows, u.name)
-			}
+			s.restoreLocked(u)
 		}
 	}
 	s.incarnation++
 	s.offset += clockOffset
 	return nil
+}
+
+// restoreLocked puts back the state that u recorded. s.mu is held.
+func (s *Store) restoreLocked(u undo) {
+	switch {
+	case u.guard:
+		s.guard = u.prev
+	case u.exists:
+		s.rows[u.name] = u.row
+	default:
+		delete(s.rows, u.name)
+	}
 }
 
 // Quarantine implements [leadership.Quarantiner]: no new term starts before
@@ -193,15 +198,25 @@ func (s *Store) noticeLocked(now time.Time, lease time.Duration) (held bool) {
 
 // setGuard writes the guard record, logging its former state. s.mu is held.
 func (s *Store) setGuard(now time.Time, g guard) {
-	s.logLocked(now, undo{guard: true, prev: s.guard})
+	s.undoLocked(now, undo{guard: true, prev: s.guard})
 	s.guard = g
 }
 
 // putLocked writes a row, logging its former state. s.mu is held.
 func (s *Store) putLocked(now time.Time, row leadership.Record) {
 	prev, exists := s.rows[row.Name]
-	s.logLocked(now, undo{name: row.Name, row: prev, exists: exists})
+	s.undoLocked(now, undo{name: row.Name, row: prev, exists: exists})
 	s.rows[row.Name] = row
+}
+
+// undoLocked records the state before a write: in the undo log of
+// Failover, and in the transaction's own log while a batch runs
+// (batch.go). s.mu is held.
+func (s *Store) undoLocked(now time.Time, u undo) {
+	if s.tx != nil {
+		s.tx = append(s.tx, u)
+	}
+	s.logLocked(now, u)
 }
 
 // logLocked appends an undo entry, dropping those older than the history

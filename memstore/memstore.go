@@ -40,6 +40,7 @@ type Store struct {
 	history      time.Duration
 	log          []undo // the undo log, oldest first, from log[head]
 	head         int
+	tx           []undo // the writes of the batch running, oldest first; nil outside one (batch.go)
 }
 
 var (
@@ -102,7 +103,12 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	return s.acquireLocked(s.now(), req), nil
+}
+
+// acquireLocked decides and writes req at the database instant now. s.mu
+// is held.
+func (s *Store) acquireLocked(now time.Time, req leadership.Request) leadership.Result {
 	held := s.noticeLocked(now, req.Lease)
 	row, exists := s.rows[req.Name]
 	free := !exists || !row.ExpiresAt.After(now)
@@ -119,12 +125,12 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 		if held {
 			row.ExpiresAt = later(row.ExpiresAt, s.guard.holdUntil)
 		}
-		return leadership.Result{Record: row, Now: now}, nil
+		return leadership.Result{Record: row, Now: now}
 	}
 	row.Name, row.Holder = req.Name, req.Holder
 	row.RenewedAt, row.ExpiresAt = now, now.Add(req.Lease)
 	s.putLocked(now, row)
-	return leadership.Result{Record: row, Acquired: true, Now: now}, nil
+	return leadership.Result{Record: row, Acquired: true, Now: now}
 }
 
 // Release implements [leadership.Store.Release].

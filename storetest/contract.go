@@ -292,6 +292,10 @@ func runContract(t *testing.T, open Open) {
 			prev = winners[0]
 		}
 	})
+	t.Run("ConcurrentNamesOfOneStore", func(t *testing.T) {
+		t.Parallel()
+		checkConcurrentNames(t, open)
+	})
 	t.Run("FlagsListsRows", func(t *testing.T) {
 		t.Parallel()
 		base := uniqueName(t)

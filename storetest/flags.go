@@ -25,6 +25,10 @@ const (
 var errOutage = errors.New("storetest: injected outage")
 
 func runFlags(t *testing.T, open Open) {
+	t.Run("ManyFlagsPerStore", func(t *testing.T) {
+		t.Parallel()
+		checkManyFlagsPerStore(t, open)
+	})
 	t.Run("OneLeaderAmongMany", func(t *testing.T) {
 		t.Parallel()
 		mon := newMonitor(t)
