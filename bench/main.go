@@ -45,6 +45,7 @@ type options struct {
 	scaleWarm     time.Duration
 	scaleMeasure  time.Duration
 	scaleOnly     bool
+	gracefulOnly  bool
 	benchtime     string
 }
 
@@ -74,6 +75,7 @@ func main() {
 	flag.DurationVar(&o.scaleWarm, "scale-warm", 20*time.Second, "wait after building the flags of a scale step")
 	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale figure on PostgreSQL and print its steps (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
+	flag.BoolVar(&o.gracefulOnly, "graceful-only", false, "run only our graceful handover on PostgreSQL (-rounds handovers) and print its figures and the holder's Close times (writes no report)")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
@@ -174,6 +176,13 @@ func run(o options) error {
 			fmt.Printf("%+v\n", st)
 		}
 		return err
+	}
+
+	if o.gracefulOnly {
+		if pg == nil {
+			return fmt.Errorf("-graceful-only needs PostgreSQL (-postgres or LEADERSHIP_TEST_POSTGRES_DSN)")
+		}
+		return gracefulOnly(*pg, runID, o)
 	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.
