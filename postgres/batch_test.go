@@ -111,3 +111,43 @@ func checkBatchedAttempts(t *testing.T, dsn string) {
 	}
 	t.Logf("store b: %d statements in %d batches", statements, batches)
 }
+
+// TestLoneAttemptSkipsTheHop checks that an attempt that finds nothing in
+// flight is sent from its caller's goroutine (a follower woken by a
+// release, a lone flag), and that a burst of concurrent ones still travels
+// in batches.
+func TestLoneAttemptSkipsTheHop(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, schemaDSN(t, testdb.Postgres(t))))
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lone = 20
+	for i := range lone {
+		res, err := s.Acquire(ctx, leadership.Request{Name: "lone", Holder: "a", Version: int64(min(i, 1)), Lease: time.Minute})
+		if err != nil || !res.Acquired || res.Version != 1 {
+			t.Fatalf("attempt %d = %+v, %v; want acquired at version 1", i, res, err)
+		}
+	}
+	batches, statements := s.BatchStats()
+	if alone := s.AloneBatches(); alone != lone || batches != lone || statements != lone {
+		t.Fatalf("%d lone attempts: %d batches sent from the caller's goroutine, %d batches, %d statements; want %d of each", lone, alone, batches, statements, lone)
+	}
+	const n = 300
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("burst-%03d", i)
+			if res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+				t.Errorf("acquire %s = %+v, %v", name, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	b2, s2 := s.BatchStats()
+	if s2-statements != n || b2-batches >= n {
+		t.Fatalf("a burst of %d attempts: %d statements in %d batches; want %d statements in fewer batches", n, s2-statements, b2-batches, n)
+	}
+	t.Logf("burst: %d statements in %d batches, %d of all batches sent from the caller's goroutine", s2-statements, b2-batches, s.AloneBatches())
+}
