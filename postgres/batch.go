@@ -97,16 +97,17 @@ func (s *Store) batchAcquire(p *pending) (leadership.Result, error) {
 
 // sendAlone sends p as a batch of its own from the caller's goroutine,
 // holding one of the maxSenders slots, which it then hands to a sender
-// goroutine if requests queued meanwhile, or gives back. Like a queued
-// request, the statement is bounded by p.ctx's deadline but not cut short
-// by its cancellation (a statement cut short costs its connection); unlike
-// a queued one, the caller returns when the statement has (a Flag's Close
-// waits for an attempt in flight before it releases).
+// goroutine if requests queued meanwhile, or gives back. The statement
+// runs under p.ctx, as any pgx call: its cancellation cuts the statement
+// short (pgx then closes the connection) and the caller returns at once,
+// while a queued request's statement keeps running for the others of its
+// batch after its caller has returned. Either may still take effect; the
+// flag's next attempt learns the row.
 func (s *Store) sendAlone(p *pending) (leadership.Result, error) {
 	b := &s.batch
 	if err := p.ctx.Err(); err == nil {
 		b.alone.Add(1)
-		s.send([]*pending{p})
+		s.send(p.ctx, []*pending{p})
 	} else {
 		p.err = describe("acquire "+sqlstore.Quote(p.req.Name), err)
 	}
@@ -127,7 +128,9 @@ func (s *Store) sendBatches() {
 		if batch == nil {
 			return
 		}
-		s.send(batch)
+		ctx, cancel := batchContext(batch)
+		s.send(ctx, batch)
+		cancel()
 	}
 }
 
@@ -159,13 +162,11 @@ func (b *batcher) take() []*pending {
 	return batch
 }
 
-// send runs batch and hands each request its result.
-func (s *Store) send(batch []*pending) {
+// send runs batch under ctx and hands each request its result.
+func (s *Store) send(ctx context.Context, batch []*pending) {
 	s.batch.batches.Add(1)
 	s.batch.statements.Add(int64(len(batch)))
 	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.req.Name, b.req.Name) })
-	ctx, cancel := batchContext(batch)
-	defer cancel()
 	results := make([]leadership.Result, len(batch))
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) error {
