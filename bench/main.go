@@ -46,6 +46,7 @@ type options struct {
 	scaleMeasure  time.Duration
 	scaleOnly     bool
 	loadOnly      bool
+	gracefulOnly  bool
 	benchtime     string
 }
 
@@ -76,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale figure on PostgreSQL and print its steps (writes no report)")
 	flag.BoolVar(&o.loadOnly, "load-only", false, "run only the database load figure and print its rows and the ratios to the peer (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
+	flag.BoolVar(&o.gracefulOnly, "graceful-only", false, "run only our graceful handover on PostgreSQL (-rounds handovers) and print its figures and the holder's Close times (writes no report)")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
@@ -187,6 +189,12 @@ func run(o options) error {
 		}
 		fmt.Println(loadRatios(rows))
 		return nil
+	}
+	if o.gracefulOnly {
+		if pg == nil {
+			return fmt.Errorf("-graceful-only needs PostgreSQL (-postgres or LEADERSHIP_TEST_POSTGRES_DSN)")
+		}
+		return gracefulOnly(*pg, runID, o)
 	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.

@@ -38,6 +38,7 @@ type group struct {
 	sub     string
 	args    func(id int) []string
 	log     []event // every R, L, C, EXIT, in arrival order
+	closes  []event // every K (a worker's Close times), in arrival order
 }
 
 func newGroup(sub string, args func(id int) []string) *group {
@@ -105,6 +106,8 @@ func (g *group) pump(timeout time.Duration, stop func(event) bool) bool {
 				g.log = append(g.log, ev)
 			case "S":
 				ev.w.stats = append(ev.w.stats, ev)
+			case "K":
+				g.closes = append(g.closes, ev)
 			}
 			if stop != nil && stop(ev) {
 				return true

@@ -155,8 +155,9 @@ func attempts(reg *prometheus.Registry) (n, errs int64) {
 // "READY", then "R <unixnano>" / "L <unixnano>" whenever Raised() changes
 // (sampled every -sample), "G <unixnano> <gap> <raised>" after a gap of
 // more than 50 ms between samples (SIGSTOP), "S <unixnano> <statements> <attempts> <raised>"
-// every second, and on SIGTERM closes the flag, prints "C <unixnano>" and
-// exits.
+// every second, and on SIGTERM closes the flag and its store, prints
+// "K <signal seen> <Close returned> <store closed>" and "C <unixnano>" (all
+// unixnano) and exits.
 func workerMain(args []string) {
 	fs := flag.NewFlagSet("worker", flag.ExitOnError)
 	impl := fs.String("impl", "ours", "ours or peer")
@@ -174,7 +175,7 @@ func workerMain(args []string) {
 	signal.Notify(term, syscall.SIGTERM)
 
 	var raised func() bool
-	var closeFlag func()
+	var closeFlag func() (closed time.Time) // when the flag's Close returned
 	var attemptsFn func() int64 = func() int64 { return -1 }
 	switch *impl {
 	case "ours":
@@ -192,7 +193,7 @@ func workerMain(args []string) {
 			fatal(err)
 		}
 		raised = f.Raised
-		closeFlag = func() { f.Close(); closeStore() }
+		closeFlag = func() time.Time { f.Close(); t := time.Now(); closeStore(); return t }
 		attemptsFn = func() int64 { n, _ := attempts(reg); return n }
 	case "peer":
 		cfg, err := pgx.ParseConfig(withParam(*dsn, "search_path="+peerSchema))
@@ -211,7 +212,7 @@ func workerMain(args []string) {
 			fatal(err)
 		}
 		raised = f.Raised
-		closeFlag = func() { f.Close(); db.Close() }
+		closeFlag = func() time.Time { f.Close(); t := time.Now(); db.Close(); return t }
 	default:
 		fatal(fmt.Errorf("unknown -impl %q", *impl))
 	}
@@ -224,8 +225,11 @@ func workerMain(args []string) {
 	for {
 		select {
 		case <-term:
-			closeFlag()
-			emit("C %d", time.Now().UnixNano())
+			t0 := time.Now()
+			closed := closeFlag()
+			t1 := time.Now()
+			emit("K %d %d %d", t0.UnixNano(), closed.UnixNano(), t1.UnixNano())
+			emit("C %d", t1.UnixNano())
 			os.Exit(0)
 		case <-stats.C:
 			r := 0

@@ -22,7 +22,11 @@ import (
 // waits to fill a batch: a statement is sent at once when fewer than
 // maxSenders batches are in flight, so at low load every batch holds one
 // statement, and batches grow with the load. The cost per flag of many flags
-// is then a statement's execution, not a round trip and a commit.
+// is then a statement's execution, not a round trip and a commit. A request
+// that finds nothing in flight and nothing queued (a lone flag, a
+// follower woken by a release) is sent from its caller's goroutine, without
+// the hop to a sender goroutine; requests that arrive meanwhile queue and
+// batch as usual.
 //
 // Why it is as safe as a statement alone: a flag counts its trust window
 // from before it handed the request to the store, earlier than the batch's
@@ -58,15 +62,23 @@ type batcher struct {
 	queue   []*pending
 	senders int
 
-	// Batches and statements sent, for tests and figures.
-	batches, statements atomic.Int64
+	// Batches and statements sent, and the batches sent from their
+	// caller's goroutine (sendAlone), for tests and figures.
+	batches, statements, alone atomic.Int64
 }
 
-// batchAcquire queues p, starts a sender if fewer than maxSenders run, and
-// waits for p's result or p.ctx's end.
+// batchAcquire sends p at once from this goroutine when no batch is in
+// flight and none queued (sendAlone); otherwise it queues p, starts a
+// sender if fewer than maxSenders run, and waits for p's result or p.ctx's
+// end.
 func (s *Store) batchAcquire(p *pending) (leadership.Result, error) {
 	b := &s.batch
 	b.mu.Lock()
+	if b.senders == 0 && len(b.queue) == 0 {
+		b.senders++
+		b.mu.Unlock()
+		return s.sendAlone(p)
+	}
 	b.queue = append(b.queue, p)
 	if b.senders < maxSenders {
 		b.senders++
@@ -83,6 +95,32 @@ func (s *Store) batchAcquire(p *pending) (leadership.Result, error) {
 	}
 }
 
+// sendAlone sends p as a batch of its own from the caller's goroutine,
+// holding one of the maxSenders slots, which it then hands to a sender
+// goroutine if requests queued meanwhile, or gives back. The statement
+// runs under p.ctx, as any pgx call: its cancellation cuts the statement
+// short (pgx then closes the connection) and the caller returns at once,
+// while a queued request's statement keeps running for the others of its
+// batch after its caller has returned. Either may still take effect; the
+// flag's next attempt learns the row.
+func (s *Store) sendAlone(p *pending) (leadership.Result, error) {
+	b := &s.batch
+	if err := p.ctx.Err(); err == nil {
+		b.alone.Add(1)
+		s.send(p.ctx, []*pending{p})
+	} else {
+		p.err = describe("acquire "+sqlstore.Quote(p.req.Name), err)
+	}
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		go s.sendBatches() // keeps the slot
+	} else {
+		b.senders--
+	}
+	b.mu.Unlock()
+	return p.res, p.err
+}
+
 // sendBatches sends batches until the queue is empty.
 func (s *Store) sendBatches() {
 	for {
@@ -90,7 +128,9 @@ func (s *Store) sendBatches() {
 		if batch == nil {
 			return
 		}
-		s.send(batch)
+		ctx, cancel := batchContext(batch)
+		s.send(ctx, batch)
+		cancel()
 	}
 }
 
@@ -122,13 +162,11 @@ func (b *batcher) take() []*pending {
 	return batch
 }
 
-// send runs batch and hands each request its result.
-func (s *Store) send(batch []*pending) {
+// send runs batch under ctx and hands each request its result.
+func (s *Store) send(ctx context.Context, batch []*pending) {
 	s.batch.batches.Add(1)
 	s.batch.statements.Add(int64(len(batch)))
 	slices.SortStableFunc(batch, func(a, b *pending) int { return strings.Compare(a.req.Name, b.req.Name) })
-	ctx, cancel := batchContext(batch)
-	defer cancel()
 	results := make([]leadership.Result, len(batch))
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) error {

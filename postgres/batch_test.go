@@ -115,3 +115,80 @@ func checkBatchedAttempts(t *testing.T, dsn string) {
 	}
 	t.Logf("store b: %d statements in %d batches", statements, batches)
 }
+
+// TestLoneAttemptSkipsTheHop checks that an attempt that finds nothing in
+// flight is sent from its caller's goroutine (a follower woken by a
+// release, a lone flag), and that a burst of concurrent ones still travels
+// in batches.
+func TestLoneAttemptSkipsTheHop(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, schemaDSN(t, testdb.Postgres(t))))
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lone = 20
+	for i := range lone {
+		res, err := s.Acquire(ctx, leadership.Request{Name: "lone", Holder: "a", Version: int64(min(i, 1)), Lease: time.Minute})
+		if err != nil || !res.Acquired || res.Version != 1 {
+			t.Fatalf("attempt %d = %+v, %v; want acquired at version 1", i, res, err)
+		}
+	}
+	batches, statements := s.BatchStats()
+	if alone := s.AloneBatches(); alone != lone || batches != lone || statements != lone {
+		t.Fatalf("%d lone attempts: %d batches sent from the caller's goroutine, %d batches, %d statements; want %d of each", lone, alone, batches, statements, lone)
+	}
+	const n = 300
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("burst-%03d", i)
+			if res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+				t.Errorf("acquire %s = %+v, %v", name, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	b2, s2 := s.BatchStats()
+	if s2-statements != n || b2-batches >= n {
+		t.Fatalf("a burst of %d attempts: %d statements in %d batches; want %d statements in fewer batches", n, s2-statements, b2-batches, n)
+	}
+	t.Logf("burst: %d statements in %d batches, %d of all batches sent from the caller's goroutine", s2-statements, b2-batches, s.AloneBatches())
+}
+
+// TestLoneAttemptHonoursCancellation blocks a lone attempt (sent from its
+// caller's goroutine) on the row lock of a fenced transaction and cancels
+// its context: Acquire must return at once, as a queued attempt does, not
+// when the lock is released.
+func TestLoneAttemptHonoursCancellation(t *testing.T) {
+	t.Parallel()
+	dsn := schemaDSN(t, testdb.Postgres(t))
+	s := newStore(t, newPool(t, dsn))
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, leadership.Request{Name: "locked", Holder: "a", Lease: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	tx, err := newPool(t, dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // releases the lock
+	if _, err := tx.Exec(ctx, `SELECT FROM leadership_flags WHERE name = 'locked' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 4*time.Second) // the deadline ends the test if cancellation is ignored
+	defer cancel()
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = s.Acquire(actx, leadership.Request{Name: "locked", Holder: "a", Version: res.Version, Lease: time.Minute})
+	if took := time.Since(start); err == nil || took > 2*time.Second {
+		t.Fatalf("renewal blocked on a row lock, cancelled after 200ms (deadline 4s): returned after %v with error %v; want an error at once", took, err)
+	}
+	if s.AloneBatches() != 2 {
+		t.Fatalf("%d batches sent from the caller's goroutine, want 2 (the test covers the lone path)", s.AloneBatches())
+	}
+}

@@ -102,7 +102,14 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	return s.batchAcquire(&pending{ctx: ctx, req: req, micros: micros, done: make(chan struct{})})
 }
 
-// Release implements [leadership.Store.Release].
+// Release implements [leadership.Store.Release]. The flag was lowered
+// before the call, so the release only hastens a follower, and it is
+// committed asynchronously (synchronous_commit off for its own
+// transaction; the session's setting is untouched): the NOTIFY, delivered
+// at commit, does not wait for the WAL flush. A release lost in a crash
+// of the server is a term that expires after its lease, as if the process
+// had crashed; a follower's acquire, committed synchronously after the
+// release, flushes the release with it.
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
@@ -113,7 +120,8 @@ WITH changed AS (
     WHERE name = $1 AND holder = $2 AND holder <> '' AND version = $3
     RETURNING name
 )
-SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'name', name)::text) FROM changed`,
+SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'name', name)::text)
+FROM changed, set_config('synchronous_commit', 'off', true)`,
 		name, holder, version)
 }
 
@@ -131,12 +139,20 @@ SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'n
 }
 
 // changeAndNotify runs an UPDATE that notifies each row it changed and
-// reports whether it changed one.
+// reports whether it changed one. A process runs it about once per flag,
+// so it is not prepared: on a connection that caches statements (pgx's
+// default) it is sent in the exec mode, parse, bind and execute in one
+// round trip, instead of a round trip to prepare it first.
 func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
 	var tag pgconn.CommandTag // SELECT n: one row per notified change
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) (err error) {
-			tag, err = conn.Exec(ctx, sql, args...)
+			switch conn.Config().DefaultQueryExecMode {
+			case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+				tag, err = conn.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+			default: // the mode the DSN chose for a pooler
+				tag, err = conn.Exec(ctx, sql, args...)
+			}
 			return err
 		})
 	})
