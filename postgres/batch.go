@@ -144,7 +144,8 @@ func (b *batcher) take() []*pending {
 	n := 0
 	for _, p := range b.queue {
 		switch {
-		case p.ctx.Err() != nil: // its caller has returned already
+		case p.ctx.Err() != nil: // its caller returns, or has returned, its context's error
+			p.err = describe("acquire "+sqlstore.Quote(p.req.Name), p.ctx.Err())
 			close(p.done)
 		case len(batch) < maxBatch:
 			batch = append(batch, p)
