@@ -31,6 +31,25 @@ func buildFlag(t *testing.T, store *mysql.Store, name string, lease, poll time.D
 // and a follower, each on a *sql.DB of its own as two processes have, with
 // a 5 s poll interval, and checks that the follower takes over well before
 // its poll after the leader's Close: the release reached it through the
+
+// handOver closes leader and returns how long follower then took to
+// raise; it fails the test when follower has not raised within two polls.
+// The callers require well under a second, far below their polls: only
+// the release hint explains that.
+func handOver(t *testing.T, leader, follower *leadership.Flag, poll time.Duration) time.Duration {
+	t.Helper()
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	return time.Since(closed)
+}
+
 // leader's bell and the follower's watcher.
 func TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll(t *testing.T) {
 	t.Parallel()
@@ -48,17 +67,7 @@ func TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // the follower now waits out its poll
 		for round := range 3 {
-			closed := time.Now()
-			if err := leader.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
-			err := follower.Wait(ctx)
-			cancel()
-			if err != nil {
-				t.Fatalf("round %d: the follower did not take over: %v", round, err)
-			}
-			took := time.Since(closed)
+			took := handOver(t, leader, follower, poll)
 			t.Logf("round %d: handover took %v", round, took)
 			if took > time.Second {
 				t.Errorf("round %d: handover took %v; the release hint should have woken the follower well before its %v poll", round, took, poll)
@@ -223,16 +232,7 @@ WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
 	if !store.HintsOtherProcesses() {
 		t.Fatal("the watcher stopped when its connection was killed")
 	}
-	closed := time.Now()
-	if err := leader.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
-	defer cancel()
-	if err := follower.Wait(ctx); err != nil {
-		t.Fatalf("the follower did not take over: %v", err)
-	}
-	took := time.Since(closed)
+	took := handOver(t, leader, follower, poll)
 	t.Logf("handover after the watcher's reconnection took %v", took)
 	if took > time.Second {
 		t.Errorf("handover took %v; the watcher should have reconnected and woken the follower well before its %v poll", took, poll)
@@ -269,16 +269,7 @@ func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the watcher now waits on h-a's bell
 	followerA.Close()
 	time.Sleep(300 * time.Millisecond) // and, once moved, on h-b's
-	closed := time.Now()
-	if err := leaderB.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
-	defer cancel()
-	if err := followerB.Wait(ctx); err != nil {
-		t.Fatalf("the follower did not take over: %v", err)
-	}
-	took := time.Since(closed)
+	took := handOver(t, leaderB, followerB, poll)
 	t.Logf("handover from h-b took %v", took)
 	if took > time.Second {
 		t.Errorf("handover took %v; the watcher should have moved to h-b's bell and woken the follower well before its %v poll", took, poll)
@@ -307,16 +298,7 @@ func TestTheWatcherWaitsLessThanTheReadTimeout(t *testing.T) {
 	// The first wait fails at 3 s, the watcher reconnects 1 s later and
 	// waits 2 s at a time from then on.
 	time.Sleep(8 * time.Second)
-	closed := time.Now()
-	if err := leader.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
-	defer cancel()
-	if err := follower.Wait(ctx); err != nil {
-		t.Fatalf("the follower did not take over: %v", err)
-	}
-	took := time.Since(closed)
+	took := handOver(t, leader, follower, poll)
 	t.Logf("handover with readTimeout=3s took %v; the watcher sent %d statements", took, store.WatchStatements())
 	if took > time.Second {
 		t.Errorf("handover took %v; the watcher should have waited less than the read timeout and woken the follower well before its %v poll", took, poll)

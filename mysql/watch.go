@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // The watcher is the follower side of the cross-process release hint (see
@@ -318,33 +320,18 @@ func (w *watcher) look(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT name, version FROM leadership_flags WHERE holder = ''`)
+	free, err := sqlstore.FreeRows(ctx, tx)
 	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	free := make(map[string]int64, len(w.free))
-	for rows.Next() {
-		var name string
-		var version int64
-		if err := rows.Scan(&name, &version); err != nil {
-			return err
-		}
-		free[name] = version
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	for _, name := range w.s.hub.Names() {
-		if version, ok := free[name]; ok {
-			if was, seen := w.free[name]; !w.looked || !seen || was != version {
-				w.s.hub.Notify(name)
-			}
-		}
+	before := w.free
+	if !w.looked {
+		before = nil // the first look wakes every flag whose row is free
 	}
+	sqlstore.WakeFreed(&w.s.hub, before, free)
 	w.looked, w.free = true, free
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"path/filepath"
 	"time"
+
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // The watcher carries releases across processes. One runs per [Store]
@@ -159,31 +161,12 @@ func (w *watcher) check(ctx context.Context) bool {
 	}
 	first := !w.looked
 	w.looked, w.version = true, v
-	rows, err := w.conn.QueryContext(ctx, `SELECT name, version FROM leadership_flags WHERE holder = ''`)
+	free, err := sqlstore.FreeRows(ctx, w.conn)
 	if err != nil {
 		return false
 	}
-	defer rows.Close()
-	free := make(map[string]int64, len(w.free))
-	for rows.Next() {
-		var name string
-		var version int64
-		if err := rows.Scan(&name, &version); err != nil {
-			return false
-		}
-		free[name] = version
-	}
-	if rows.Err() != nil {
-		return false
-	}
 	if !first {
-		for _, name := range w.s.hub.Names() {
-			if version, ok := free[name]; ok {
-				if was, seen := w.free[name]; !seen || was != version {
-					w.s.hub.Notify(name)
-				}
-			}
-		}
+		sqlstore.WakeFreed(&w.s.hub, w.free, free)
 	}
 	w.free = free
 	return true
