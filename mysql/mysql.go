@@ -182,7 +182,10 @@
 //     with SELECT GET_LOCK(bell, 300), on the bell of a holder its losing
 //     flags saw last: the current one while a flag of the store still
 //     waits on it, else the holder most of them wait on (the first by
-//     name on a tie); flags waiting on other holders poll. When no flag
+//     name on a tie); flags waiting on other holders poll. The default
+//     process name of a flag is unique per flag, so the flags of one
+//     process lead under as many holder names: give them one Process name
+//     for their releases to ring one bell. When no flag
 //     waits on the current holder any more (one took the row over, saw
 //     another holder, or was closed), the wait is cut short (the driver
 //     closes the connection) and the watcher moves, on a new connection.
