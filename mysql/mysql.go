@@ -206,7 +206,7 @@
 // fourfold longer up to 30 s, so a crashed holder costs a few statements,
 // not a busy loop. A wait cut by a timeout of the client (readTimeout in
 // the DSN) or of the server (max_statement_time, max_execution_time)
-// after t makes later waits last three quarters of t.
+// after t makes later waits last half of t.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell

@@ -296,7 +296,7 @@ func TestTheWatcherWaitsLessThanTheReadTimeout(t *testing.T) {
 		t.Fatal("the first flag should lead, the second follow")
 	}
 	// The first wait fails at 3 s, the watcher reconnects 1 s later and
-	// waits 2 s at a time from then on.
+	// waits 1 s at a time from then on.
 	time.Sleep(8 * time.Second)
 	took := handOver(t, leader, follower, poll)
 	t.Logf("handover with readTimeout=3s took %v; the watcher sent %d statements", took, store.WatchStatements())

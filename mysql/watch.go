@@ -279,8 +279,9 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 	}
 	if waited := time.Since(began); err != nil && waited >= 2*time.Second && !refused(err) {
 		// A wait cut by a timeout of the client (readTimeout in the DSN)
-		// or the server (max_statement_time): later waits end first.
-		w.waitFor = max(waited*3/4, time.Second).Truncate(time.Second)
+		// or the server (max_statement_time): later waits end first, with
+		// half the timeout to spare for a loaded machine's delays.
+		w.waitFor = max(waited/2, time.Second).Truncate(time.Second)
 	}
 	if err != nil {
 		return err
