@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +55,10 @@ func checkConcurrentNames(t *testing.T, open Open) {
 				wg.Go(func() {
 					<-start
 					res, err := c.s.Acquire(ctx(t), c.req)
+					for try := 1; err != nil && try < 5 && askedToRetry(err); try++ {
+						// A flag's next attempt does the same.
+						res, err = c.s.Acquire(ctx(t), c.req)
+					}
 					if err != nil {
 						t.Errorf("%s: Acquire(%q, %q, %d): %v", phase, c.req.Name, c.req.Holder, c.req.Version, err)
 					}
@@ -249,4 +254,19 @@ func checkManyFlagsPerStore(t *testing.T, open Open) {
 			t.Errorf("name %d: token after handover = %d, want above %d", i, got, tokens[i])
 		}
 	}
+}
+
+// askedToRetry reports whether err is the database asking for the
+// statement to be run again: a serialization failure or deadlock (in a
+// SERIALIZABLE or REPEATABLE READ session, where concurrent batches on the
+// same rows conflict even after the store's one retry), a lock wait
+// timeout, or SQLite's busy database.
+func askedToRetry(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"SQLSTATE 40001", "SQLSTATE 40P01", "Error 1213", "Error 1205", "database is locked", "SQLITE_BUSY"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
