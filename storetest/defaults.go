@@ -107,10 +107,13 @@ func runDefaults(t *testing.T, open Open) {
 // notifications reach other processes, and reports whether it did.
 func notifiesWithin(store leadership.Store, limit time.Duration) bool {
 	n, ok := store.(interface{ NotifiesOtherProcesses() bool })
-	if !ok {
-		return false
-	}
-	for deadline := time.Now().Add(limit); !n.NotifiesOtherProcesses(); time.Sleep(20 * time.Millisecond) {
+	return ok && trueWithin(n.NotifiesOtherProcesses, limit)
+}
+
+// trueWithin polls report every 20 ms for up to limit and reports whether
+// it turned true.
+func trueWithin(report func() bool, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); !report(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -134,15 +137,7 @@ type Hinter interface {
 // other processes wake its flags, and reports whether it did.
 func hintsWithin(store leadership.Store, limit time.Duration) bool {
 	h, ok := store.(Hinter)
-	if !ok {
-		return false
-	}
-	for deadline := time.Now().Add(limit); !h.HintsOtherProcesses(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	return ok && trueWithin(h.HintsOtherProcesses, limit)
 }
 
 // startLog is a slog.Handler that keeps the "flag starting" record a flag
