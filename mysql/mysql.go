@@ -168,43 +168,57 @@
 // connection hold many of:
 //
 //   - The bell (holder side). While flags of a Store lead, the store holds,
-//     on one connection of its pool, a lock named after the database and
-//     the holder name (a hash: names are limited to 64 characters), one
-//     per holder name it leads under. Right after a [Store.Release]
-//     commits, it rings: RELEASE_LOCK, then GET_LOCK again if the holder
-//     still leads. It sends nothing while nothing is released, and gives
-//     the connection back once it leads nothing (its terms released, lost,
-//     or past their lease without a renewal). [Store.Evict] does not ring:
-//     the row cannot be taken before its expiry.
+//     on one connection of its pool, its bell, a lock named after that
+//     connection's CONNECTION_ID, and a nameplate per holder name it leads
+//     under, a lock named after the database and the holder name (a hash:
+//     names are limited to 64 characters). Right after a [Store.Release]
+//     commits, it rings the bell, whichever holder name released: one
+//     statement, SELECT RELEASE_LOCK(bell), GET_LOCK(bell, 2), which
+//     grants the bell to the waiting watchers one after the other and
+//     queues the store behind them, so the bell is never free between a
+//     ring and its retake. Nameplates are never rung: they tell a watcher
+//     which store leads under a holder name (IS_USED_LOCK returns the
+//     connection holding it). The store sends nothing while nothing is
+//     released, and gives the connection back once it leads nothing (its
+//     terms released, lost, or past their lease without a renewal).
+//     [Store.Evict] does not ring: the row cannot be taken before its
+//     expiry.
 //   - The watcher (follower side). One runs per Store while any of its
 //     flags waits for releases (the first subscription starts it, the
-//     last one to end stops it), on one connection of the pool. It waits,
-//     with SELECT GET_LOCK(bell, 300), on the bell of a holder its losing
-//     flags saw last: the current one while a flag of the store still
-//     waits on it, else the holder most of them wait on (the first by
-//     name on a tie); flags waiting on other holders poll. The default
-//     process name of a flag is unique per flag, so the flags of one
-//     process lead under as many holder names: give them one Process name
-//     for their releases to ring one bell. When no flag
-//     waits on the current holder any more (one took the row over, saw
-//     another holder, or was closed), the wait is cut short (the driver
-//     closes the connection) and the watcher moves, on a new connection.
-//     When granted, it releases the lock at once, so that every waiting
-//     process is granted in turn, then reads the free rows once (one
-//     SELECT in a read-only transaction) and wakes the flags waiting on a
-//     row that has become free (a new (name, version) pair), as a release
-//     in this process wakes them.
+//     last one to end stops it), on one connection of the pool. It looks
+//     up the nameplates of the holders its losing flags saw last (one
+//     SELECT IS_USED_LOCK(…), … for the holders it has not seen yet) and
+//     waits, with SELECT GET_LOCK(bell, 300), on the bell of one leading
+//     store: the current one while a flag of the store still waits on a
+//     holder of that store, else the store most of them wait on. Every
+//     flag of the store waiting on any holder name of that store is
+//     woken by its releases, so a process whose flags lead under the
+//     default process names (one per flag) is followed through one bell;
+//     flags waiting on other stores (other processes) poll. When no flag
+//     waits on a holder of the current store any more (one took the row
+//     over, saw another holder, or was closed), the wait is cut short
+//     (the driver closes the connection) and the watcher moves, on a new
+//     connection; a holder seen during a wait is looked up on another
+//     connection of the pool, once, to decide that. When granted, it
+//     releases the lock at once, so that every waiting process is
+//     granted in turn, then reads the free rows once (one SELECT in a
+//     read-only transaction) and wakes the flags waiting on a row that
+//     has become free (a new (name, version) pair), as a release in this
+//     process wakes them.
 //
 // Cost: one connection for the bell while the store leads, one for the
 // watcher while it follows, whatever the number of flags; an idle
 // follower's store sends one statement per 5 minutes (the GET_LOCK that
-// timed out), its flags the same polls as without it; a release sends two
-// statements on the holder's side and five on each follower's store
-// (RELEASE_LOCK, then the look: START TRANSACTION, SELECT, COMMIT, and the
-// next GET_LOCK). A bell found not held (granted at once: its holder
-// crashed, closed, or has not taken it yet) is left alone for 0.1 s, then
-// fourfold longer up to 30 s, so a crashed holder costs a few statements,
-// not a busy loop. A wait cut by a timeout of the client (readTimeout in
+// timed out), its flags the same polls as without it, plus one lookup
+// when they see a holder name new to it; a release sends one statement
+// on the holder's side (two when it was the store's last) and five on
+// each follower's store (RELEASE_LOCK, then the look: START TRANSACTION,
+// SELECT, COMMIT, and the next GET_LOCK). A bell found not held (granted
+// at once: its store crashed, closed, or has not taken it yet) makes the
+// watcher look at the rows once (the store may have given it up right
+// after its last release) and leave its holders alone for 0.1 s, then
+// fourfold longer up to 30 s while their nameplates stay free, so a
+// crashed holder costs a few statements, not a busy loop. A wait cut by a timeout of the client (readTimeout in
 // the DSN) or of the server (max_statement_time, max_execution_time)
 // after t makes later waits last half of t.
 //
@@ -213,12 +227,13 @@
 // that falls silent because its connection died (a crash) wakes followers
 // for nothing, and they take over only after the row expires. The hint is
 // lost, and flags learn of the release at their next poll, when the
-// watcher was not waiting at the ring (busy with the previous one, or
-// pausing on a silent bell), waits on another holder's bell, when its
+// watcher was not waiting at the ring (reading the rows after the
+// previous one, or pausing on a silent bell), waits on another store's
+// bell, when its
 // connection has failed (a server restart, a network failure: it takes a
 // new one after 1 s, doubling up to a minute), when two processes lead
-// under one holder name (only one holds the bell; the other tries again
-// after 1 s, doubling up to a minute), and for good when the server
+// under one holder name (only one holds its nameplate; the other tries
+// again after 1 s, doubling up to a minute), and for good when the server
 // refuses GET_LOCK (the watcher then stops until its flags are built
 // again). Neither runs on a pool limited to fewer than three connections.
 // So the store does not report that its notifications reach other
@@ -262,7 +277,7 @@ type Store struct {
 	pmu       sync.Mutex
 	closed    bool
 	leading   map[term]time.Time // terms led → end of their lease (local clock)
-	rings     map[string]bool    // holders whose bell to ring
+	ring      bool               // a release to ring the store's bell for
 	bellKick  chan struct{}
 	bellDone  chan struct{}     // non-nil while the bell's goroutine runs
 	waitsOn   map[string]string // flag name → holder seen by its last losing attempt
@@ -270,10 +285,17 @@ type Store struct {
 	watchKick chan struct{}
 	wstop     context.CancelFunc // non-nil while the watcher runs
 	wexited   chan struct{}
-	// The watcher's wait in progress: its holder, and how to cut it short.
-	waitHolder string
+	// The watcher's wait in progress: the connection id of the bell it
+	// waits on, the owners of the holders' nameplates it knew then, and
+	// how to cut it short.
+	waitID     int64
+	waitOwners map[string]int64
+	waitDB     string
 	waitCancel context.CancelFunc
-	watching   atomic.Bool // the watcher runs: HintsOtherProcesses
+	// Holders seen during the wait, to look up on the pool (lookUp).
+	lookups   map[string]bool
+	lookingUp bool
+	watching  atomic.Bool // the watcher runs: HintsOtherProcesses
 
 	watchStatements, watchRings atomic.Int64 // for tests
 }

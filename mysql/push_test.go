@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -295,4 +296,82 @@ func TestTheWatcherWaitsLessThanTheReadTimeout(t *testing.T) {
 	time.Sleep(8 * time.Second)
 	took := handOver(t, leader, follower, poll, "the watcher should have waited less than the read timeout and woken the follower")
 	t.Logf("handover with readTimeout=3s took %v; the watcher sent %d statements", took, store.WatchStatements())
+}
+
+// TestAFollowerIsWokenByEveryReleaseOfTheStoreItWaitsOn has one store lead
+// three flags under the default process names, one per flag, and another
+// store follow all three. Its watcher waits on one bell, the leading
+// store's, which every release of that store rings: each of the three
+// handovers comes well before the follower's poll, in whatever order the
+// flags close (here the holder names in descending order, the reverse of
+// the order a watcher that waits on one holder name would choose).
+func TestAFollowerIsWokenByEveryReleaseOfTheStoreItWaitsOn(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		const lease, poll = 30 * time.Second, 5 * time.Second
+		leading, following := newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)
+		type pair struct{ leader, follower *leadership.Flag }
+		var pairs []pair
+		for _, name := range []string{"a", "b", "c"} {
+			leader := buildFlag(t, leading, name, lease, poll)
+			follower := buildFlag(t, following, name, lease, poll)
+			if !leader.Raised() || follower.Raised() {
+				t.Fatalf("flag %s: the leading store's flag should lead, the other follow", name)
+			}
+			pairs = append(pairs, pair{leader, follower})
+		}
+		sort.Slice(pairs, func(i, j int) bool { return pairs[i].leader.Process() > pairs[j].leader.Process() })
+		time.Sleep(300 * time.Millisecond) // the watcher now waits on the leading store's bell
+		for _, p := range pairs {
+			took := handOver(t, p.leader, p.follower, poll, "the leading store's bell should have woken the follower")
+			t.Logf("handover from %s took %v", p.leader.Process(), took)
+		}
+	})
+}
+
+// TestAShutdownWakesTheFollowersOfEveryFlag has one store lead eight
+// flags under default process names and another store follow them, then
+// closes the eight leaders one right after the other, as a process does
+// when it shuts down: the releases ring the leading store's bell in quick
+// succession, and every follower must raise well before its poll. A
+// watcher that waits again between a ring and the holder's retake of its
+// bell would find it silent and miss the rings that follow.
+func TestAShutdownWakesTheFollowersOfEveryFlag(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		const lease, poll = 30 * time.Second, 5 * time.Second
+		leading, following := newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)
+		var leaders, followers []*leadership.Flag
+		for i := range 8 {
+			name := string(rune('a' + i))
+			leaders = append(leaders, buildFlag(t, leading, name, lease, poll))
+			followers = append(followers, buildFlag(t, following, name, lease, poll))
+			if !leaders[i].Raised() || followers[i].Raised() {
+				t.Fatalf("flag %s: the leading store's flag should lead, the other follow", name)
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // the watcher now waits on the leading store's bell
+		closed := time.Now()
+		for _, l := range leaders {
+			if err := l.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*poll)
+		defer cancel()
+		var slowest time.Duration
+		for i, f := range followers {
+			if err := f.Wait(ctx); err != nil {
+				t.Fatalf("follower %d did not take over: %v", i, err)
+			}
+			took := time.Since(closed)
+			slowest = max(slowest, took)
+			if took > time.Second {
+				t.Errorf("follower %d raised %v after the shutdown began; the leading store's bell should have woken it, well before its %v poll", i, took, poll)
+			}
+		}
+		t.Logf("the eight followers raised within %v of the shutdown's start", slowest)
+	})
 }

@@ -6,7 +6,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -33,6 +36,9 @@ const (
 	// silentMax, while it stays so.
 	silentFirst = 100 * time.Millisecond
 	silentMax   = 30 * time.Second
+	// bellLookUpTimeout bounds a lookup of nameplates on the pool during
+	// a wait (lookUp).
+	bellLookUpTimeout = 5 * time.Second
 )
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: releases by
@@ -93,19 +99,20 @@ func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<-
 	defer close(exited)
 	s.watching.Store(true)
 	defer s.watching.Store(false)
-	w := watcher{s: s, silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
+	w := watcher{s: s, owners: make(map[string]int64), silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	backoff := time.Second
 	for {
-		holder, wake := w.target()
-		if holder != "" {
-			err := w.wait(ctx, holder)
-			if err == nil {
+		id, wake, err := w.target(ctx)
+		if err == nil && id != 0 {
+			if err = w.wait(ctx, id); err == nil {
 				backoff = time.Second
 				continue
 			}
+		}
+		if err != nil {
 			if errors.Is(err, errRetarget) {
 				w.close() // the driver closed it to cut the wait short
 				continue
@@ -145,24 +152,76 @@ func refused(err error) bool {
 type watcher struct {
 	s       *Store
 	conn    *sql.Conn
-	db      string               // DATABASE() of conn
-	current string               // the holder whose bell it waited on last
-	silent  map[string]time.Time // holder → when to try its bell again
+	db      string           // DATABASE() of conn
+	current int64            // the bell it waited on last, by its store's connection id
+	owners  map[string]int64 // holder → the connection id of its store's bell (its nameplate's owner)
+	// Holders whose nameplate or bell was found not held: when to look
+	// again, and the pause, which grows while they stay so.
+	silent  map[string]time.Time
 	pause   map[string]time.Duration
 	waitFor time.Duration    // the wait of GET_LOCK, when shorter than bellWait
 	looked  bool             // whether a look has been made
 	free    map[string]int64 // free rows at the last look: name → version
 }
 
-// target chooses the bell to wait on: the current one while a flag of the
-// store still waits on its holder, else the holder most of the store's
-// flags wait on (the first by name on a tie), leaving out holders this
-// store leads under (their releases wake its flags in process) and bells
-// found silent. It returns "" and when to look again when there is none.
-func (w *watcher) target() (string, time.Time) {
+// resolveChunk is the most nameplates one statement looks up.
+const resolveChunk = 100
+
+// target chooses the bell to wait on, by the connection id of its store:
+// the current one while a flag of the store still waits on a holder of
+// that store, else the bell of the store most of the store's flags wait
+// on (the one whose first holder by name comes first on a tie), leaving
+// out holders this store leads under (their releases wake its flags in
+// process) and holders found silent. It looks up (IS_USED_LOCK) the
+// nameplates of holders it has not seen yet. It returns 0 and when to
+// look again when there is none.
+func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
+	waited := w.waited()
+	for h := range waited {
+		if w.current != 0 && w.owners[h] == w.current {
+			return w.current, w.silentWake(waited), nil
+		}
+	}
+	var unknown []string
+	for h := range waited {
+		if _, ok := w.owners[h]; !ok && !w.isSilent(h) {
+			unknown = append(unknown, h)
+		}
+	}
+	sort.Strings(unknown)
+	for len(unknown) > 0 {
+		n := min(len(unknown), resolveChunk)
+		if err := w.resolve(ctx, unknown[:n]); err != nil {
+			return 0, time.Time{}, err
+		}
+		unknown = unknown[n:]
+	}
+	count := make(map[int64]int)
+	first := make(map[int64]string)
+	for h, n := range waited {
+		id, ok := w.owners[h]
+		if !ok || w.isSilent(h) {
+			continue
+		}
+		count[id] += n
+		if f, seen := first[id]; !seen || h < f {
+			first[id] = h
+		}
+	}
+	w.current = 0
+	for id := range count {
+		if w.current == 0 || count[id] > count[w.current] || count[id] == count[w.current] && first[id] < first[w.current] {
+			w.current = id
+		}
+	}
+	return w.current, w.silentWake(waited), nil
+}
+
+// waited counts the store's flags waiting on each holder, leaving out the
+// holders the store leads under, and forgets what it knew of holders no
+// flag waits on any more.
+func (w *watcher) waited() map[string]int {
 	names := w.s.hub.Names()
-	now := time.Now()
-	wake := now.Add(time.Hour)
 	w.s.pmu.Lock()
 	defer w.s.pmu.Unlock()
 	own := make(map[string]bool)
@@ -170,63 +229,201 @@ func (w *watcher) target() (string, time.Time) {
 		own[t.holder] = true
 	}
 	count := make(map[string]int)
-	waited := make(map[string]bool)
 	for _, name := range names {
-		h, ok := w.s.waitsOn[name]
-		if !ok || own[h] {
-			continue
+		if h, ok := w.s.waitsOn[name]; ok && !own[h] {
+			count[h]++
 		}
-		waited[h] = true
-		if until, quiet := w.silent[h]; quiet && until.After(now) {
-			wake = minTime(wake, until)
-			continue
+	}
+	for h := range w.owners {
+		if count[h] == 0 {
+			delete(w.owners, h)
 		}
-		count[h]++
 	}
 	for h := range w.silent {
-		if !waited[h] { // forget holders no flag waits on any more
+		if count[h] == 0 {
 			delete(w.silent, h)
 			delete(w.pause, h)
 		}
 	}
-	if count[w.current] > 0 {
-		return w.current, wake
-	}
-	holders := make([]string, 0, len(count))
-	for h := range count {
-		holders = append(holders, h)
-	}
-	sort.Slice(holders, func(i, j int) bool {
-		if count[holders[i]] != count[holders[j]] {
-			return count[holders[i]] > count[holders[j]]
+	return count
+}
+
+// isSilent reports whether holder's pause after a silent nameplate or
+// bell still runs.
+func (w *watcher) isSilent(holder string) bool {
+	until, quiet := w.silent[holder]
+	return quiet && time.Now().Before(until)
+}
+
+// silentWake is when the first pause of a waited holder ends, or an hour
+// from now.
+func (w *watcher) silentWake(waited map[string]int) time.Time {
+	wake := time.Now().Add(time.Hour)
+	for h := range waited {
+		if w.isSilent(h) {
+			wake = minTime(wake, w.silent[h])
 		}
-		return holders[i] < holders[j]
-	})
-	if len(holders) == 0 {
-		return "", wake
 	}
-	w.current = holders[0]
-	return w.current, wake
+	return wake
+}
+
+// silence starts or lengthens holder's pause: 0.1 s, then fourfold up to
+// silentMax while it stays silent.
+func (w *watcher) silence(holder string) {
+	pause := min(max(w.pause[holder]*4, silentFirst), silentMax)
+	w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
+	delete(w.owners, holder)
+}
+
+// connect takes the watcher's connection from the pool if it has none.
+func (w *watcher) connect(ctx context.Context) error {
+	if w.conn != nil {
+		return nil
+	}
+	conn, err := w.s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	w.conn = conn
+	w.s.watchStatements.Add(1)
+	return conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&w.db)
+}
+
+// resolve looks up the owners of the nameplates of holders, in one
+// statement: the connection of each one's store's bell, or a silence for
+// a nameplate nobody holds (its holder crashed, closed, or has not taken
+// it yet: a new holder takes it just after its first acquire returns).
+func (w *watcher) resolve(ctx context.Context, holders []string) error {
+	if err := w.connect(ctx); err != nil {
+		return err
+	}
+	w.s.watchStatements.Add(1)
+	owners, err := lookUpNameplates(ctx, w.conn, w.db, holders)
+	if err != nil {
+		return err
+	}
+	for h, id := range owners {
+		if id != 0 {
+			w.owners[h] = id
+		} else {
+			w.silence(h)
+		}
+	}
+	return nil
+}
+
+// lookUpNameplates returns the connection id of the owner of the
+// nameplate of each of holders in the database db, 0 for one nobody
+// holds, in one statement on q.
+func lookUpNameplates(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, db string, holders []string) (map[string]int64, error) {
+	cols := make([]string, len(holders))
+	ids := make([]sql.NullInt64, len(holders))
+	dest := make([]any, len(holders))
+	for i, h := range holders {
+		cols[i] = `IS_USED_LOCK('` + bellName(db, h) + `')`
+		dest[i] = &ids[i]
+	}
+	if err := q.QueryRowContext(ctx, `SELECT `+strings.Join(cols, ", ")).Scan(dest...); err != nil {
+		return nil, err
+	}
+	owners := make(map[string]int64, len(holders))
+	for i, h := range holders {
+		owners[h] = ids[i].Int64 // 0 when NULL
+	}
+	return owners, nil
+}
+
+// lookUpDuringWait has the nameplate of holder, which a flag of the store
+// has just seen, looked up on a connection of the pool when the watcher
+// waits and does not know it, so that retarget learns whether holder is
+// of the store whose bell the watcher waits on (the watcher's own
+// connection is busy in its GET_LOCK). One lookup runs at a time; holders
+// seen meanwhile are looked up together next. Called with s.pmu held.
+func (s *Store) lookUpDuringWait(holder string) {
+	if s.waitCancel == nil {
+		return
+	}
+	if _, known := s.waitOwners[holder]; known {
+		return
+	}
+	for t := range s.leading {
+		if t.holder == holder {
+			return // the store's own: its releases wake its flags in process
+		}
+	}
+	if s.lookups == nil {
+		s.lookups = make(map[string]bool)
+	}
+	s.lookups[holder] = true
+	if !s.lookingUp {
+		s.lookingUp = true
+		go s.lookUp()
+	}
+}
+
+// lookUp looks up the holders lookUpDuringWait queued, until none is left
+// or the wait ends, and cuts the wait short (retarget) once no flag waits
+// on a holder that may be of the store whose bell it waits on.
+func (s *Store) lookUp() {
+	for {
+		s.pmu.Lock()
+		if len(s.lookups) == 0 || s.waitCancel == nil {
+			clear(s.lookups)
+			s.lookingUp = false
+			s.pmu.Unlock()
+			return
+		}
+		holders := slices.Sorted(maps.Keys(s.lookups))
+		clear(s.lookups)
+		db := s.waitDB
+		s.pmu.Unlock()
+		ctx, cancel := context.WithTimeout(s.ctx, bellLookUpTimeout)
+		s.watchStatements.Add(1)
+		owners, err := lookUpNameplates(ctx, s.db, db, holders[:min(len(holders), resolveChunk)])
+		cancel()
+		s.pmu.Lock()
+		if err != nil {
+			s.lookingUp = false // the watcher looks them up after its wait
+			s.pmu.Unlock()
+			return
+		}
+		if s.waitCancel != nil {
+			for h, id := range owners {
+				s.waitOwners[h] = id
+			}
+			s.retarget()
+		}
+		s.pmu.Unlock()
+	}
 }
 
 // errBellRefused stops the watcher: GET_LOCK returned NULL.
 var errBellRefused = errors.New("GET_LOCK returned NULL")
 
 // errRetarget ends a wait cut short by retarget.
-var errRetarget = errors.New("no flag waits on the holder of this bell any more")
+var errRetarget = errors.New("no flag waits on a holder of the store of this bell any more")
 
 // retarget cuts the watcher's wait short when no flag of the store waits
-// on the holder of its bell any more (a flag took the row over, learned of
-// another holder, or was closed), so that it waits on the bell of the
-// holder they now wait on. The driver then closes the connection, and the
-// watcher takes a new one: this happens only when the holders change
-// without a ring. Called with s.pmu held.
+// on a holder of the store whose bell it waits on any more (a flag took
+// the row over, learned of another holder, or was closed), so that it
+// waits on the bell of a store they now wait on. A holder the watcher has
+// not looked up yet is presumed to be of that store until the next ring
+// (the flags of one process, under default process names, each have
+// their own holder name, learned one after the other). The driver then closes
+// the connection, and the watcher takes a new one: this happens only when
+// the holders change without a ring. Called with s.pmu held.
 func (s *Store) retarget() {
 	if s.waitCancel == nil {
 		return
 	}
 	for _, name := range s.hub.Names() {
-		if s.waitsOn[name] == s.waitHolder {
+		h, ok := s.waitsOn[name]
+		if !ok {
+			continue
+		}
+		if owner, known := s.waitOwners[h]; !known || owner == s.waitID {
 			return
 		}
 	}
@@ -234,23 +431,30 @@ func (s *Store) retarget() {
 	s.waitCancel = nil
 }
 
-// wait waits up to bellWait on holder's bell. When the bell rings, it
-// passes the lock on at once and wakes the flags whose row became free.
-// A bell granted at once is not held: the watcher leaves it alone for a
-// while. It returns an error when the connection or the server failed.
-func (w *watcher) wait(ctx context.Context, holder string) error {
-	if w.conn == nil {
-		conn, err := w.s.db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		w.conn = conn
-		w.s.watchStatements.Add(1)
-		if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&w.db); err != nil {
-			return err
+// wait waits up to bellWait on the bell of the store whose bell
+// connection has the id id. When the bell rings, it passes the lock on at
+// once and wakes the flags whose row became free, whichever holder
+// released it. A bell granted at once is not held: the watcher looks at
+// the rows once, leaves its holders alone for a while, then looks their
+// nameplates up again. It
+// returns an error when the connection or the server failed.
+func (w *watcher) wait(ctx context.Context, id int64) error {
+	if err := w.connect(ctx); err != nil {
+		return err
+	}
+	name := storeBellName(id)
+	holders := make(map[string]bool)
+	for h, owner := range w.owners {
+		if owner == id {
+			holders[h] = true
 		}
 	}
-	name := bellName(w.db, holder)
+	owners := maps.Clone(w.owners)
+	for h := range w.silent {
+		if w.isSilent(h) {
+			owners[h] = 0 // known: of no store now
+		}
+	}
 	var (
 		used bool
 		got  sql.NullInt64
@@ -258,7 +462,12 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.s.pmu.Lock()
-	w.s.waitCancel, w.s.waitHolder = cancel, holder
+	w.s.waitCancel, w.s.waitID, w.s.waitOwners, w.s.waitDB = cancel, id, owners, w.db
+	for _, n := range w.s.hub.Names() { // holders seen since target() looked
+		if h, ok := w.s.waitsOn[n]; ok {
+			w.s.lookUpDuringWait(h)
+		}
+	}
 	w.s.retarget() // a change since target() chose it
 	w.s.pmu.Unlock()
 	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
@@ -298,13 +507,19 @@ func (w *watcher) wait(ctx context.Context, holder string) error {
 		return err
 	}
 	if !used {
-		pause := max(w.pause[holder]*4, silentFirst)
-		pause = min(pause, silentMax)
-		w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
-		return nil
+		for h := range holders {
+			w.silence(h)
+		}
+		w.current = 0
+		// The store may have given its bell up right after its last
+		// release, while the watcher was looking after the ring before:
+		// look once more.
+		return w.look(ctx)
 	}
-	delete(w.pause, holder)
-	delete(w.silent, holder)
+	for h := range holders {
+		delete(w.pause, h)
+		delete(w.silent, h)
+	}
 	w.s.watchRings.Add(1)
 	return w.look(ctx)
 }
