@@ -76,6 +76,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Channel is the NOTIFY channel of releases and evictions.
@@ -91,7 +92,7 @@ type Store struct {
 	noListen  bool        // WithoutNotifications
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
-	batch     batcher
+	batch     *sqlstore.Batcher // batch.go
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases
@@ -130,6 +131,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: postgres.New: pool is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{pool: pool}
+	s.batch = s.newBatcher()
 	for _, o := range opts {
 		o(s)
 	}

@@ -98,8 +98,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
-	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
-	return s.batchAcquire(&pending{ctx: ctx, req: req, micros: micros, done: make(chan struct{})})
+	return s.batch.Acquire(ctx, req)
 }
 
 // Release implements [leadership.Store.Release]. The flag was lowered

@@ -1,8 +1,9 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/dbflag/leadership"
@@ -16,8 +17,12 @@ import (
 func TestADroppedRequestGetsItsContextsError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p := &pending{ctx: ctx, req: leadership.Request{Name: "dropped", Holder: "a", Lease: leadership.MinLease}, done: make(chan struct{})}
-	b := &batcher{queue: []*pending{p}, senders: 1}
+	p := &Pending{Ctx: ctx, Req: leadership.Request{Name: "dropped", Holder: "a", Lease: leadership.MinLease}, done: make(chan struct{})}
+	b := &Batcher{
+		Describe:   func(name string, err error) error { return fmt.Errorf("acquire %q: %w", name, err) },
+		MaxSenders: 1, MaxBatch: 8,
+		queue: []*Pending{p}, senders: 1,
+	}
 	if batch := b.take(); batch != nil {
 		t.Fatalf("take = %d requests, want none: the only one was dropped", len(batch))
 	}
