@@ -204,6 +204,19 @@ func raisedBenchmarks(ctx context.Context, o options, pg *target, runID string) 
 // rootBenchmark runs the root module's own benchmark with go test, when
 // the go command and the root module are at hand, and returns its output.
 func rootBenchmark(benchtime string) string {
+	return goBenchmark(".", "Raised", benchtime)
+}
+
+// sqliteBenchmark runs the sqlite package's benchmark of concurrent
+// renewals of many flags of one store, batched and not.
+func sqliteBenchmark() string {
+	return goBenchmark("./sqlite", "ConcurrentRenewals", "6400x")
+}
+
+// goBenchmark runs the benchmarks matching pattern of the root module's
+// package pkg three times with go test, when the go command and the root
+// module are at hand, and returns the lines of its output that give them.
+func goBenchmark(pkg, pattern, benchtime string) string {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return ""
@@ -211,7 +224,7 @@ func rootBenchmark(benchtime string) string {
 	if _, err := os.Stat(filepath.Join(root, "flag_test.go")); err != nil {
 		return ""
 	}
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "Raised", "-benchmem", "-benchtime", benchtime, "-count", "3", ".")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime, "-count", "3", pkg)
 	cmd.Dir = root
 	b, err := cmd.CombinedOutput()
 	if err != nil {

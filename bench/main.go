@@ -202,6 +202,7 @@ func run(o options) error {
 	r.raised = raisedBenchmarks(ctx, o, pg, runID)
 	if !o.quick {
 		r.rootBench = rootBenchmark(o.benchtime)
+		r.sqliteBench = sqliteBenchmark()
 	}
 
 	// (1) crash failover and (2) graceful handover.

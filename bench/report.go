@@ -28,6 +28,7 @@ type report struct {
 	notes              []string
 	raised             []benchResult
 	rootBench          string
+	sqliteBench        string // many flags of one SQLite store
 	crash, graceful    []result
 	stall              []result
 	load               []loadRow
@@ -239,6 +240,18 @@ func (r *report) markdown() string {
 		}
 	}
 	p("")
+
+	// (6)
+	if r.sqliteBench != "" {
+		p("## 6. Many flags of one SQLite store")
+		p("")
+		p("The sqlite package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 6400x -count 3 ./sqlite`: 64 flags of one store renew at once, each from its own goroutine, on a database file in the temporary directory. `maxBatch=512` is the store as shipped: renewals due together share one transaction (BEGIN IMMEDIATE … COMMIT), one commit and one wait for the file's write lock; `maxBatch=1` sends them one transaction each through the same queue. The figure is ns/renewal.")
+		p("")
+		p("```")
+		p("%s", r.sqliteBench)
+		p("```")
+		p("")
+	}
 
 	// timeline
 	p("## Timeline")

@@ -99,3 +99,13 @@ func HostMillis() (int64, error) {
 	}
 	return tb.c.hostMillis(), nil
 }
+
+// BatchStats reports how many batches and statements the store has sent.
+func (s *Store) BatchStats() (batches, statements int64) {
+	batches, statements, _ = s.batch.Stats()
+	return batches, statements
+}
+
+// SetMaxBatch sets the most statements of one batch (1: none share a
+// transaction), before the store's first Acquire.
+func (s *Store) SetMaxBatch(n int) { s.batch.MaxBatch = n }

@@ -44,7 +44,9 @@ WHERE name = ?1 AND holder = ?2 AND version = ?3`
 //
 // While the fenced transaction lasts, every other writer of the file
 // waits (up to its busy timeout): this process's own renewals and the
-// polls of followers too. A fenced transaction that lasts longer than the
+// polls of followers too, and, since the attempts of the flags of one
+// Store due together share a transaction (see batch.go), the attempts
+// queued behind a waiting one. A fenced transaction that lasts longer than the
 // flag's Timeout makes renewals fail, and one that lasts longer than the
 // trust window lowers the flag (its later fences fail), while the
 // transaction itself still commits safely. Keep fenced transactions

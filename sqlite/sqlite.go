@@ -54,11 +54,17 @@
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
 // WHERE … RETURNING statement; when it loses, a second SELECT on the same
 // in-process database reports the holder (no network round trip exists for
-// SQLite). Every write is a single statement that commits on its own
-// before its result is returned; a connection that is already inside a
-// transaction (a BEGIN in a connection hook or DSN pragma) is refused with
-// an error that says so, instead of a write that would roll back after
-// the caller trusted it.
+// SQLite). Every write commits before its result is returned: a release,
+// an eviction or a lone acquire as a single statement on its own; the
+// acquires of several flags of one Store that are due together (one is
+// running while the others come due) as one transaction, BEGIN IMMEDIATE
+// to COMMIT, with each statement's own result and the same rules per row,
+// one commit and one wait for the write lock for all of them (batch.go:
+// 64 flags renewing at once cost 0.15 ms per renewal instead of 2.0 ms
+// with a transaction each, BenchmarkConcurrentRenewals). A connection
+// that is already inside a transaction (a BEGIN in a connection hook or
+// DSN pragma) is refused with an error that says so, instead of a write
+// that would roll back after the caller trusted it.
 //
 // SQLite's write lock belongs to the process that holds it. A process
 // stopped (SIGSTOP, a debugger) inside one of its writes, which hold the
@@ -110,6 +116,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Store is the SQLite store. It is safe for concurrent use; create it with
@@ -119,6 +126,7 @@ type Store struct {
 	hub      notify.Hub
 	tb       *timebase
 	migrated schema.Once
+	batch    *sqlstore.Batcher // batch.go
 
 	// The watcher (watch.go): running while wsubs > 0.
 	wmu      sync.Mutex
@@ -150,7 +158,9 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{db: db, tb: tb}, nil
+	s := &Store{db: db, tb: tb}
+	s.batch = s.newBatcher()
+	return s, nil
 }
 
 // Open opens the SQLite database file at path with the settings that

@@ -11,23 +11,26 @@ import (
 	"github.com/dbflag/leadership"
 )
 
-// Acquire implements [leadership.Store.Acquire].
+// Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
+// Store share a transaction (see batch.go).
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
+	return s.batch.Acquire(ctx, req)
+}
+
+// acquireOn runs the acquire statement of req on conn, and the read of
+// the row when it lost, in the connection's transaction or, outside one,
+// each on its own.
+func (s *Store) acquireOn(ctx context.Context, conn *sql.Conn, req leadership.Request) (leadership.Result, error) {
 	leaseMillis := (req.Lease + time.Millisecond - 1).Milliseconds() // round up: never shorter than asked
 	var version, wall, renewed, expires int64
-	conn, err := s.conn(ctx, "acquire", req.Name)
-	if err != nil {
-		return leadership.Result{}, err
-	}
-	defer conn.Close()
 	// A row is free when its term has expired by the host clock of this
 	// boot, when an earlier boot wrote it, or, when an older version of
 	// this package wrote it (host_boot ''), when it has expired by the wall
 	// clock, as that version judges it.
-	err = conn.QueryRowContext(ctx, clockCTE(5)+`
+	err := conn.QueryRowContext(ctx, clockCTE(5)+`
 INSERT INTO leadership_flags (`+columns+`)
 SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
 ON CONFLICT (name) DO UPDATE SET
@@ -60,7 +63,7 @@ RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 			Now:      s.tb.at(renewed),
 		}, nil
 	case !errors.Is(err, sql.ErrNoRows):
-		return leadership.Result{}, fmt.Errorf("sqlite: acquire %q: %w", req.Name, err)
+		return leadership.Result{}, err
 	}
 	var r row
 	var now instant
@@ -69,7 +72,7 @@ SELECT holder, version, renewed_at, expires_at, host_boot, host_renewed_at, host
 FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
 		&r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry, &now.host, &now.wall)
 	if err != nil {
-		return leadership.Result{}, fmt.Errorf("sqlite: read %q after losing: %w", req.Name, err)
+		return leadership.Result{}, fmt.Errorf("read the row after losing: %w", err)
 	}
 	s.tb.observe(now)
 	return leadership.Result{Record: s.tb.record(req.Name, r, now), Now: s.tb.at(now.host)}, nil
@@ -105,9 +108,18 @@ WHERE name = ? AND holder <> ''`, name)
 // SQLite refuses inside a transaction, and its COMMIT: neither takes a lock
 // nor writes, so the write lock is held only by the write itself.
 func (s *Store) conn(ctx context.Context, what, name string) (*sql.Conn, error) {
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.outsideTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+	}
+	return conn, nil
+}
+
+// outsideTx is conn without the description of the write.
+func (s *Store) outsideTx(ctx context.Context) (*sql.Conn, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if _, err = conn.ExecContext(ctx, "BEGIN DEFERRED"); err == nil {
 		_, err = conn.ExecContext(ctx, "COMMIT")
@@ -115,10 +127,10 @@ func (s *Store) conn(ctx context.Context, what, name string) (*sql.Conn, error) 
 	if err != nil {
 		conn.Close()
 		if strings.Contains(err.Error(), "within a transaction") {
-			return nil, fmt.Errorf("sqlite: %s %q: the connection is already inside a transaction, so the write would not commit; "+
-				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", what, name, err)
+			return nil, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
+				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", err)
 		}
-		return nil, fmt.Errorf("sqlite: %s %q: check the connection is outside a transaction: %w", what, name, err)
+		return nil, fmt.Errorf("check the connection is outside a transaction: %w", err)
 	}
 	return conn, nil
 }

@@ -13,8 +13,8 @@ import (
 
 // concurrentNames is how many flag names the test of many flags of one
 // store at once uses: enough that a store which batches concurrent
-// Acquires (the postgres store, postgres/batch.go: one transaction, one
-// database instant, for up to 512 statements) sends batches of many
+// Acquires (the postgres and sqlite stores, internal/sqlstore.Batcher:
+// one transaction for up to 512 statements) sends batches of many
 // statements, with two requests for one name in some of them; few enough
 // that a store with a connection per call (mysql) stays within a shared
 // server's connections (32 calls at once, as ConcurrentAcquirersOneWins).
@@ -200,10 +200,10 @@ func checkConcurrentNames(t *testing.T, open Open) {
 
 // checkManyFlagsPerStore runs three processes, each one store with a flag
 // for each of many names, as services with many flags do (the postgres
-// store then batches their attempts): every name gets a leader, and after
-// a process closes, each name it led passes to another process at a higher
-// token, while a monitor per name checks that two flags of one name are
-// never raised at once.
+// and sqlite stores then batch their attempts): every name gets a leader,
+// and after a process closes, each name it led passes to another process
+// at a higher token, while a monitor per name checks that two flags of
+// one name are never raised at once.
 func checkManyFlagsPerStore(t *testing.T, open Open) {
 	const names, procs = 12, 3
 	base := uniqueName(t)

@@ -1,0 +1,113 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/sqlite"
+)
+
+// acquireAll has the store acquire names, one after the other.
+func acquireAll(t testing.TB, s *sqlite.Store, names []string) []leadership.Result {
+	t.Helper()
+	terms := make([]leadership.Result, len(names))
+	for i, n := range names {
+		res, err := s.Acquire(context.Background(), leadership.Request{Name: n, Holder: "h", Lease: time.Minute})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s = %+v, %v", n, res, err)
+		}
+		terms[i] = res
+	}
+	return terms
+}
+
+// renewAll renews the terms of names from one goroutine per name, rounds
+// times, and checks that each renews its own term.
+func renewAll(t testing.TB, s *sqlite.Store, names []string, terms []leadership.Result, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	for range rounds {
+		var wg sync.WaitGroup
+		errs := make([]error, len(names))
+		for i, n := range names {
+			wg.Go(func() {
+				res, err := s.Acquire(ctx, leadership.Request{Name: n, Holder: "h", Version: terms[i].Version, Lease: time.Minute})
+				switch {
+				case err != nil:
+					errs[i] = err
+				case !res.Acquired || res.Version != terms[i].Version || res.Holder != "h":
+					errs[i] = fmt.Errorf("renewal of %s = %+v, want the term %d renewed", n, res, terms[i].Version)
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func openFile(t testing.TB) *sqlite.Store {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "flags.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := newStore(t, db)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestConcurrentAttemptsOfOneStoreShareTransactions renews 64 flags of one
+// store at once, five times: the renewals share transactions (at most
+// half as many as renewals, where one transaction each was the rule before
+// batching), and each renews its own term.
+func TestConcurrentAttemptsOfOneStoreShareTransactions(t *testing.T) {
+	t.Parallel()
+	s := openFile(t)
+	names := make([]string, 64)
+	for i := range names {
+		names[i] = fmt.Sprintf("flag-%02d", i)
+	}
+	terms := acquireAll(t, s, names)
+	b0, n0 := s.BatchStats()
+	renewAll(t, s, names, terms, 5)
+	b1, n1 := s.BatchStats()
+	batches, statements := b1-b0, n1-n0
+	t.Logf("%d renewals in %d transactions", statements, batches)
+	if statements != 5*64 || batches > statements/2 {
+		t.Errorf("%d renewals in %d transactions, want 320 in at most 160", statements, batches)
+	}
+}
+
+// BenchmarkConcurrentRenewals renews 64 flags of one store at once, each
+// from its own goroutine, with batches (the default) and without (one
+// transaction per renewal): the time per renewal.
+func BenchmarkConcurrentRenewals(b *testing.B) {
+	for _, max := range []int{1, 512} {
+		b.Run(fmt.Sprintf("maxBatch=%d", max), func(b *testing.B) {
+			s := openFile(b)
+			s.SetMaxBatch(max)
+			names := make([]string, 64)
+			for i := range names {
+				names[i] = fmt.Sprintf("flag-%02d", i)
+			}
+			terms := acquireAll(b, s, names)
+			b.ResetTimer()
+			renewAll(b, s, names, terms, max1(b.N/len(names)))
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max1(b.N/len(names))*len(names)), "ns/renewal")
+		})
+	}
+}
+
+func max1(n int) int { return max(n, 1) }
