@@ -233,7 +233,9 @@
 // connection has failed (a server restart, a network failure: it takes a
 // new one after 1 s, doubling up to a minute), when two processes lead
 // under one holder name (only one holds its nameplate; the other tries
-// again after 1 s, doubling up to a minute), and for good when the server
+// again after 1 s, doubling up to a minute), between this version and an
+// earlier one that rang a lock per holder name (during a rolling
+// upgrade: each finds the other's bell silent), and for good when the server
 // refuses GET_LOCK (the watcher then stops until its flags are built
 // again). Neither runs on a pool limited to fewer than three connections.
 // So the store does not report that its notifications reach other
