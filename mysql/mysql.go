@@ -297,7 +297,8 @@ type Store struct {
 	// Holders seen during the wait, to look up on the pool (lookUp).
 	lookups   map[string]bool
 	lookingUp bool
-	watching  atomic.Bool // the watcher runs: HintsOtherProcesses
+	lookers   sync.WaitGroup // the lookUp goroutine, waited for by Close
+	watching  atomic.Bool    // the watcher runs: HintsOtherProcesses
 
 	watchStatements, watchRings atomic.Int64 // for tests
 }
@@ -363,5 +364,6 @@ func (s *Store) Close() error {
 	if watcher != nil {
 		<-watcher
 	}
+	s.lookers.Wait()
 	return nil
 }

@@ -357,9 +357,9 @@ func (s *Store) lookUpDuringWait(holder string) {
 		s.lookups = make(map[string]bool)
 	}
 	s.lookups[holder] = true
-	if !s.lookingUp {
+	if !s.lookingUp && !s.closed {
 		s.lookingUp = true
-		go s.lookUp()
+		s.lookers.Go(s.lookUp)
 	}
 }
 
