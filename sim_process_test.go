@@ -159,7 +159,12 @@ func (m *member) start() {
 	}
 	b := leadership.NewFlag().Store(store).Name(m.flagName).Process(p.name).Lease(m.lease).
 		SafetyMargin(m.margin).Timeout(m.timeout).Migrate(false).Precheck(p.precheck).
-		RandInt64NForTest(simRand).ClocksForTest(awake)
+		RandInt64NForTest(simRand).ClocksForTest(awake).
+		// Renewal ticks shared by flags built at one instant would put
+		// their attempts on one virtual instant, in an order the seed
+		// does not fix (as a latency of at least a nanosecond keeps
+		// statements apart).
+		RenewTicksShiftedForTest(time.Duration(1 + splitmix(s.opt.seed<<24^uint64(p.id)<<8^uint64(m.idx))%uint64(10*time.Microsecond)))
 	if m.noJitter {
 		b.Jitter(0)
 	}
