@@ -25,9 +25,9 @@ type Flag struct {
 	base time.Time
 	// lastAttemptDone is when the loop last finished an attempt.
 	lastAttemptDone atomic.Int64
-	// tickOffset places the renewal ticks shared with the other flags of
-	// the store (ticks.go); leaveTicks gives them up at shutdown.
-	tickOffset int64
+	// ticks places the renewal ticks shared with the other flags of the
+	// store (ticks.go); leaveTicks gives them up at shutdown.
+	ticks      ticks
 	leaveTicks func()
 
 	loopCtx    context.Context
@@ -64,7 +64,7 @@ func newFlag(c config, m *metrics) *Flag {
 		susp:     suspendWatch{clocks: c.clocks},
 	}
 	f.term.announcedCh = make(chan struct{})
-	f.tickOffset, f.leaveTicks = joinTicks(c.store, f.base)
+	f.ticks, f.leaveTicks = joinTicks(c.store, f.base)
 	return f
 }
 

@@ -232,6 +232,10 @@ type procStore struct{ m *member }
 
 func (ps *procStore) Migrate(ctx context.Context) error { return ps.m.p.s.store.Migrate(ctx) }
 
+// MaxAcquireBatch makes the flags renew at ticks (ticks.go), as on a store
+// that batches, in every mode.
+func (ps *procStore) MaxAcquireBatch() int { return simMaxBatch }
+
 func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if ps.m.p.batch != nil {
 		return ps.m.batchAcquire(ctx, req)

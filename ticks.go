@@ -6,12 +6,21 @@ import (
 	"time"
 )
 
-// Renewal ticks. A holder renews at the next tick strictly after each
-// successful attempt, on a grid of period RenewInterval whose origin is
-// shared by every flag of one Store in this process. The holders of flags
-// of one Store with one RenewInterval are then due at the same instants,
-// so a store that batches the attempts due together (postgres) renews
-// them in a few round trips per RenewInterval instead of one per flag.
+// Renewal ticks. On a store that sends the Acquires due together in
+// batches (an acquireBatcher: package postgres), a holder renews at the
+// next tick strictly after each successful attempt, on a grid of period
+// RenewInterval whose origin is shared by the flags of that Store in this
+// process. The holders of flags of one Store with one RenewInterval are
+// then due at the same instants and the store renews them in a few round
+// trips per RenewInterval instead of one per flag.
+//
+// A burst of every flag of a large store at one instant would queue most
+// of them behind several batches, and their wait counts against Timeout.
+// So the flags of a store are grouped in the order they were built, half
+// a batch to a group, and each group has its own phase in the grid, the
+// phases spread over the interval by the golden ratio (each new group
+// lands in the largest gap left by those before it): a tick then carries
+// at most one batch of each store.
 //
 // What it keeps: the wait after a successful attempt is in
 // (0, RenewInterval], never longer than the fixed RenewInterval it
@@ -21,32 +30,54 @@ import (
 // inside the trust window. What it costs: the first renewal of a term
 // comes at the first tick after the acquisition, earlier than
 // RenewInterval, so at most one extra renewal per term. Retries after a
-// failure and the attempts of followers keep their own schedules. Ticks
-// count by the monotonic clock, as the trust window does.
+// failure and the attempts of followers keep their own schedules, and so
+// do flags on stores that do not batch, where shared ticks would only
+// make bursts. Ticks count by the monotonic clock, as the trust window
+// does.
 
-// tickOrigins holds the origin of the ticks of each Store that has open
-// flags in this process, with the number of them; the entry goes with the
-// last flag, so a closed store is not kept alive.
+// acquireBatcher is a Store that sends the Acquire calls that are due
+// together in batches of at most MaxAcquireBatch.
+type acquireBatcher interface {
+	MaxAcquireBatch() int
+}
+
+// tickOrigins holds the grid of each batching Store that has open flags
+// in this process; the entry goes with the last flag, so a closed store
+// is not kept alive.
 var tickOrigins = struct {
 	sync.Mutex
 	m map[any]*tickOrigin
 }{m: map[any]*tickOrigin{}}
 
 type tickOrigin struct {
-	at    time.Time // the base of the store's first open flag
-	flags int
+	at     time.Time // the base of the store's first open flag
+	flags  int       // open flags
+	joined int       // flags that joined since the entry was made
 }
 
-// joinTicks returns the offset of the ticks of store from base (the
-// flag's clock origin): instants t of the flag (in [Flag.now] units) where
-// t + offset is a multiple of the period are ticks. It also returns the
-// function that leaves them, to be called once when the flag shuts down.
-// A store that cannot be a map key (a struct value holding a slice, say)
-// gets ticks of its own per flag.
-func joinTicks(store Store, base time.Time) (offset int64, leave func()) {
-	if store == nil || !reflect.ValueOf(store).Comparable() {
-		return 0, func() {}
+// ticks places the renewal ticks of one flag: the instants t of the flag
+// (in [Flag.now] units) where t + offset is a multiple of the period,
+// shifted later by phase periods.
+type ticks struct {
+	on     bool
+	offset int64
+	phase  float64 // in [0, 1)
+}
+
+// goldenFraction is (√5 − 1) / 2: group g's phase is the fractional part
+// of g times it.
+const goldenFraction = 0.6180339887498949
+
+// joinTicks returns the ticks of a flag on store whose clock origin is
+// base, and the function that leaves them, to be called once when the
+// flag shuts down. Ticks are off on a store that does not batch, and on
+// one that cannot be a map key (a struct value holding a slice, say).
+func joinTicks(store Store, base time.Time) (ticks, func()) {
+	b, ok := store.(acquireBatcher)
+	if !ok || !reflect.ValueOf(store).Comparable() {
+		return ticks{}, func() {}
 	}
+	group := max(b.MaxAcquireBatch()/2, 1)
 	o := &tickOrigins
 	o.Lock()
 	defer o.Unlock()
@@ -55,8 +86,12 @@ func joinTicks(store Store, base time.Time) (offset int64, leave func()) {
 		t = &tickOrigin{at: base}
 		o.m[store] = t
 	}
+	g := t.joined / group
+	t.joined++
 	t.flags++
-	return int64(base.Sub(t.at)), func() {
+	phase := float64(g) * goldenFraction
+	phase -= float64(int64(phase))
+	return ticks{on: true, offset: int64(base.Sub(t.at)), phase: phase}, func() {
 		o.Lock()
 		defer o.Unlock()
 		if t.flags--; t.flags == 0 {
@@ -80,11 +115,12 @@ func untilTick(now, offset int64, period time.Duration) time.Duration {
 }
 
 // renewDelay is the wait after a successful attempt of the holder: until
-// the next renewal tick, or RenewInterval when the flag was built to renew
-// on its own schedule (a test hook, for comparisons).
+// its next renewal tick, or RenewInterval when ticks are off.
 func (f *Flag) renewDelay() time.Duration {
-	if f.c.ownRenewSchedule {
-		return f.c.renewInterval
+	t, r := f.ticks, f.c.renewInterval
+	if !t.on || f.c.ownRenewSchedule {
+		return r
 	}
-	return untilTick(f.now(), f.tickOffset-int64(f.c.tickShift), f.c.renewInterval)
+	shift := int64(t.phase*float64(r)) + int64(f.c.tickShift)
+	return untilTick(f.now(), t.offset-shift, r)
 }

@@ -230,3 +230,8 @@ func scanAcquire(row pgx.Row, name string, res *leadership.Result) error {
 	}
 	return err
 }
+
+// MaxAcquireBatch is the most Acquire calls the store sends in one batch.
+// Flags of a store that batches renew at ticks they share (see
+// [leadership.FlagBuilder.RenewInterval]), in groups of half a batch.
+func (s *Store) MaxAcquireBatch() int { return maxBatch }
