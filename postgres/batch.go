@@ -21,11 +21,7 @@ import (
 // them, each still the same acquire statement with its own result. Nothing
 // waits to fill a batch: a statement is sent at once when fewer than
 // maxSenders batches are in flight, so at low load every batch holds one
-// statement, and batches grow with the load. Holders do not wait for the
-// load: the flags of a Store renew at ticks they share, in groups of half
-// a batch (see [Store.MaxAcquireBatch]), so their renewals are due at one
-// instant and travel in a few batches per group (the first alone, the
-// others behind it). The cost per flag of many flags
+// statement, and batches grow with the load. The cost per flag of many flags
 // is then a statement's execution, not a round trip and a commit. A request
 // that finds nothing in flight and nothing queued (a lone flag, a
 // follower woken by a release) is sent from its caller's goroutine, without
@@ -234,8 +230,3 @@ func scanAcquire(row pgx.Row, name string, res *leadership.Result) error {
 	}
 	return err
 }
-
-// MaxAcquireBatch is the most Acquire calls the store sends in one batch.
-// Flags of a store that batches renew at ticks they share (see
-// [leadership.FlagBuilder.RenewInterval]), in groups of half a batch.
-func (s *Store) MaxAcquireBatch() int { return maxBatch }
