@@ -65,7 +65,14 @@ func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.c.lease = d; retur
 // RenewInterval sets how often the holder renews its term. Optional;
 // default Lease/3. RenewInterval + Timeout must be less than
 // Lease − SafetyMargin, so that a renewal can complete inside the trust
-// window.
+// window. On a store that batches the attempts due together (postgres),
+// the holders of the flags of one Store in this process renew at shared
+// ticks, RenewInterval apart, so that the store renews them in a few round
+// trips: after each successful attempt the next renewal comes at the next
+// tick, never later than RenewInterval, so the first renewal of a term
+// comes earlier. The flags of a large store are split into groups of half
+// a batch, each group on ticks of its own, so that no tick queues a flag
+// behind more than one batch.
 func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.c.renewInterval = d; return b }
 
 // PollInterval bounds how long a follower waits between attempts, so it
@@ -192,6 +199,15 @@ type config struct {
 	// clocks reads the clock pair of suspend detection (suspend.go); nil
 	// means the operating system's clocks.
 	clocks clockPair
+	// ownRenewSchedule renews RenewInterval after each successful attempt
+	// instead of at the ticks shared by the flags of the store (ticks.go),
+	// as before they existed: for comparisons.
+	ownRenewSchedule bool
+	// tickShift moves the renewal ticks of the flag later by this much
+	// (less than RenewInterval): the simulation gives each flag its own
+	// so that no two events of a schedule fall on one virtual instant,
+	// whose goroutines would run in an order the seed does not fix.
+	tickShift time.Duration
 
 	// pollNotifier is the store when the poll interval is the default on
 	// a store that can notify other processes; nil otherwise.

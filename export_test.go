@@ -28,6 +28,21 @@ func (b *FlagBuilder) ClocksForTest(fn func() (mono, boot time.Duration)) *FlagB
 	return b
 }
 
+// OwnRenewScheduleForTest makes the flags built by b renew RenewInterval
+// after each successful attempt instead of at the renewal ticks they share
+// with the other flags of their store.
+func (b *FlagBuilder) OwnRenewScheduleForTest() *FlagBuilder {
+	b.c.ownRenewSchedule = true
+	return b
+}
+
+// RenewTicksShiftedForTest moves the renewal ticks of the flags built by
+// b later by d, less than their RenewInterval.
+func (b *FlagBuilder) RenewTicksShiftedForTest(d time.Duration) *FlagBuilder {
+	b.c.tickShift = d
+	return b
+}
+
 // OSClocksForTest reads the operating system's clock pair as flags do.
 var OSClocksForTest = osClocks
 

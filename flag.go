@@ -25,6 +25,10 @@ type Flag struct {
 	base time.Time
 	// lastAttemptDone is when the loop last finished an attempt.
 	lastAttemptDone atomic.Int64
+	// ticks places the renewal ticks shared with the other flags of the
+	// store (ticks.go); leaveTicks gives them up at shutdown.
+	ticks      ticks
+	leaveTicks func()
 
 	loopCtx    context.Context
 	loopCancel context.CancelFunc
@@ -60,6 +64,7 @@ func newFlag(c config, m *metrics) *Flag {
 		susp:     suspendWatch{clocks: c.clocks},
 	}
 	f.term.announcedCh = make(chan struct{})
+	f.ticks, f.leaveTicks = joinTicks(c.store, f.base)
 	return f
 }
 
@@ -241,6 +246,7 @@ func (f *Flag) Close() error {
 
 // shutdown marks the flag closed and frees what it holds besides the row.
 func (f *Flag) shutdown() {
+	f.leaveTicks()
 	if f.stopNotify != nil {
 		f.stopNotify()
 	}

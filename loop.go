@@ -79,7 +79,7 @@ func (f *Flag) attemptWith(ctx context.Context) (time.Duration, error) {
 		f.m.observeAttempt("acquired", seconds)
 		f.acquired(ctx, res, sent)
 		f.susp.window = atSend
-		return f.c.renewInterval, nil
+		return f.renewDelay(), nil
 	}
 	f.m.observeAttempt("held_by_other", seconds)
 	f.lost(ctx, res)

@@ -159,7 +159,12 @@ func (m *member) start() {
 	}
 	b := leadership.NewFlag().Store(store).Name(m.flagName).Process(p.name).Lease(m.lease).
 		SafetyMargin(m.margin).Timeout(m.timeout).Migrate(false).Precheck(p.precheck).
-		RandInt64NForTest(simRand).ClocksForTest(awake)
+		RandInt64NForTest(simRand).ClocksForTest(awake).
+		// Renewal ticks shared by flags built at one instant would put
+		// their attempts on one virtual instant, in an order the seed
+		// does not fix (as a latency of at least a nanosecond keeps
+		// statements apart).
+		RenewTicksShiftedForTest(time.Duration(1 + splitmix(s.opt.seed<<24^uint64(p.id)<<8^uint64(m.idx))%uint64(10*time.Microsecond)))
 	if m.noJitter {
 		b.Jitter(0)
 	}
@@ -226,6 +231,10 @@ func (p *proc) thaw() (waited bool) {
 type procStore struct{ m *member }
 
 func (ps *procStore) Migrate(ctx context.Context) error { return ps.m.p.s.store.Migrate(ctx) }
+
+// MaxAcquireBatch makes the flags renew at ticks (ticks.go), as on a store
+// that batches, in every mode.
+func (ps *procStore) MaxAcquireBatch() int { return simMaxBatch }
 
 func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if ps.m.p.batch != nil {

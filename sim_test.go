@@ -135,12 +135,13 @@ func TestSimulationMutants(t *testing.T) {
 // worded, lets a holder renew an expired term of an earlier incarnation
 // after the hold and raise a token lower than one raised in the lost
 // commits; the store's rule (memstore/guard.go) passes the same schedule.
-// The mutant is caught in about 1 schedule in 10,000 (seeds 1621 and 5997
-// in 1..20000), too rarely for TestSimulationMutants' budget. A change to
+// The mutant is caught in about 1 schedule in 5,000 (seeds 7435, 12501
+// and 14684 in 1..14684 since flags renew at shared ticks), too rarely for
+// TestSimulationMutants' budget. A change to
 // the simulation changes its schedules: then find a new seed with
 // LEADERSHIP_SIM_FIRST_SEED and a larger simMutantBudget.
 func TestSimulationFindsLostTermsRenewedByTheDraftRule(t *testing.T) {
-	const seed = 1621
+	const seed = 7435
 	run := "TestSimulationFindsLostTermsRenewedByTheDraftRule$"
 	if res := runSchedule(t, simOptions{run: run, seed: seed, mutant: mutantDraftRenewal}); res.safety == "" {
 		t.Errorf("seed %d: the draft renewal rule no longer shows a violation (the simulation changed?)", seed)

@@ -395,6 +395,12 @@ type scaleStep struct {
 	clientCPU                float64 // cores, both processes
 	ok                       bool
 	backends                 int
+	// roundTrips is the number of statements and batches sent (latency
+	// samples); the attempt figures are the upper bounds of the attempt
+	// histogram's buckets (a flag's whole call, its wait in a batch's
+	// queue included).
+	roundTrips                          int64
+	attemptP50, attemptP99, attemptPmax time.Duration
 }
 
 // scaleFigure ramps (process, flag) pairs on PostgreSQL at the default
@@ -468,6 +474,12 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 			st.pmax = max(st.pmax, time.Duration(v(9))*time.Microsecond)
 			cpu, _ := strconv.ParseFloat(f[10], 64)
 			st.clientCPU += cpu
+			if len(f) > 14 {
+				st.roundTrips += v(11)
+				st.attemptP50 = max(st.attemptP50, time.Duration(v(12))*time.Microsecond)
+				st.attemptP99 = max(st.attemptP99, time.Duration(v(13))*time.Microsecond)
+				st.attemptPmax = max(st.attemptPmax, time.Duration(v(14))*time.Microsecond)
+			}
 			results++
 			return results == procs
 		case "EXIT":

@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -149,6 +151,61 @@ func attempts(reg *prometheus.Registry) (n, errs int64) {
 		}
 	}
 	return n, errs
+}
+
+// attemptBuckets sums, over the flags registered on reg, the cumulative
+// counts of the attempt histogram by upper bound (seconds).
+func attemptBuckets(reg *prometheus.Registry) map[float64]uint64 {
+	out := map[float64]uint64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leadership_flag_attempt_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, b := range m.GetHistogram().GetBucket() {
+				out[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+			out[math.Inf(1)] += m.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
+}
+
+// attemptQuantiles reads the attempts between two attemptBuckets
+// snapshots: the upper bounds of the buckets holding the median, the 99th
+// percentile and the slowest attempt (+Inf beyond the last bucket). The
+// attempt is the flag's whole call to the store, its wait in a batch's
+// queue included.
+func attemptQuantiles(b0, b1 map[float64]uint64) (p50, p99, pmax time.Duration) {
+	bounds := slices.Sorted(maps.Keys(b1))
+	total := b1[math.Inf(1)] - b0[math.Inf(1)]
+	if total == 0 {
+		return
+	}
+	at := func(le float64) time.Duration {
+		if math.IsInf(le, 1) {
+			return time.Duration(math.MaxInt64)
+		}
+		return time.Duration(le * float64(time.Second))
+	}
+	set50, set99 := false, false
+	for _, le := range bounds {
+		c := b1[le] - b0[le]
+		if !set50 && c*2 >= total {
+			p50, set50 = at(le), true
+		}
+		if !set99 && c*100 >= total*99 {
+			p99, set99 = at(le), true
+		}
+		if c == total {
+			return p50, p99, at(le)
+		}
+	}
+	return p50, p99, at(math.Inf(1))
 }
 
 // workerMain runs one process holding or following one flag. It prints
@@ -333,6 +390,7 @@ func scaleWorkerMain(args []string) {
 	a0, e0 := attempts(reg)
 	s0, l0 := c.n.Load(), lowers.Load()
 	r0 := count()
+	h0 := attemptBuckets(reg)
 	c.takeLatencies()
 	c.on.Store(true)
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -347,9 +405,11 @@ func scaleWorkerMain(args []string) {
 	r1 := count()
 	lat := c.takeLatencies()
 	p50, p99, pmax := percentiles(lat)
+	a50, a99, amax := attemptQuantiles(h0, attemptBuckets(reg))
 	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
-	emit("RESULT %d %d %d %d %d %d %d %d %d %d %.3f", *n, a1-a0, s1-s0, e1-e0, l1-l0, r0, r1,
-		p50.Microseconds(), p99.Microseconds(), pmax.Microseconds(), cpu/t1.Sub(t0).Seconds())
+	emit("RESULT %d %d %d %d %d %d %d %d %d %d %.3f %d %d %d %d", *n, a1-a0, s1-s0, e1-e0, l1-l0, r0, r1,
+		p50.Microseconds(), p99.Microseconds(), pmax.Microseconds(), cpu/t1.Sub(t0).Seconds(),
+		len(lat), a50.Microseconds(), a99.Microseconds(), amax.Microseconds())
 	<-term
 	for _, f := range flags {
 		f.Close()
