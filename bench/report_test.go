@@ -30,7 +30,8 @@ func fixedReport(quick bool) *report {
 		notes:   []string{"n1"},
 		raised: []benchResult{{name: "a", ns: []float64{3, 1, 2, 4}, allocs: []int64{0, 1}, base: []float64{3, 2, 1, 2}},
 			{name: "c", ns: []float64{5}, allocs: []int64{0}}, {name: "b", err: boom}},
-		rootBench: "BenchmarkX 1 ns/op",
+		rootBench:   "BenchmarkX 1 ns/op",
+		sqliteBench: "BenchmarkY 2 ns/op",
 		crash: []result{
 			{db: "postgres", impl: "ours", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms, 1601 * ms}},
 			{db: "postgres", impl: "peer", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms}, err: boom},
@@ -46,14 +47,15 @@ func fixedReport(quick bool) *report {
 			{db: "sqlite", impl: "ours", settings: "S4", err: boom},
 		},
 		scale: []scaleStep{
-			{pairs: 1000, flagsPerProc: 500, attempts: 100, stmts: 120, raisedStart: 500, raisedEnd: 500, p50: ms, p99: 2 * ms, pmax: 3 * ms, window: 30 * time.Second, ok: true, backends: 10},
+			{pairs: 1000, flagsPerProc: 500, attempts: 100, stmts: 120, raisedStart: 500, raisedEnd: 500, p50: ms, p99: 2 * ms, pmax: 3 * ms, window: 30 * time.Second, ok: true, backends: 10,
+				roundTrips: 60, attemptP50: 2 * ms, attemptP99: 4 * ms, attemptPmax: 8 * ms},
 			{pairs: 2000, flagsPerProc: 1000, errs: 3, window: 30 * time.Second},
 		},
 		scaleErr: boom,
 		timeline: &timelineRun{db: "postgres", lease: 2 * time.Second, notes: []string{"t1"}},
 	}
 	if quick {
-		r.rootBench, r.timeline = "", nil
+		r.rootBench, r.sqliteBench, r.timeline = "", "", nil
 		r.scale, r.scaleErr = r.scale[:1], nil
 	}
 	return r
