@@ -433,6 +433,7 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 		return []string{"-dsn", t.dsn, "-prefix", prefix, "-process", fmt.Sprintf("%s-p%d", prefix, id),
 			"-flags", strconv.Itoa(st.flagsPerProc), "-warm", o.scaleWarm.String(), "-measure", o.scaleMeasure.String()}
 	})
+	defer deleteFlags(t.dsn, prefix) // deferred first: runs after the workers have stopped
 	defer g.stopAll()
 	if err := g.ensure(procs, 10*time.Minute); err != nil {
 		return st, err
@@ -494,6 +495,23 @@ func scaleOnce(ctx context.Context, t target, prefix string, pairs int, o option
 	names := st.flagsPerProc
 	st.ok = st.errs == 0 && st.lowers == 0 && st.raisedStart == names && st.raisedEnd == names
 	return st, nil
+}
+
+// deleteFlags deletes the rows of a scale step, whose names begin with
+// prefix, so that steps and runs do not leave hundreds of thousands of
+// rows in a database that other programs (a test suite) list.
+func deleteFlags(dsn, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		logf("scale: delete the rows of %s: %v", prefix, err)
+		return
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DELETE FROM leadership_flags WHERE starts_with(name, $1)", prefix); err != nil {
+		logf("scale: delete the rows of %s: %v", prefix, err)
+	}
 }
 
 // backendPIDs lists the server processes serving the connections of a
