@@ -135,3 +135,86 @@ func BenchmarkConcurrentRenewals(b *testing.B) {
 }
 
 func max1(n int) int { return max(n, 1) }
+
+// TestAFailedStatementRollsItsBatchBack renews seventeen flags of one
+// store in one batch (a renewal of another flag, sent alone, waits on the
+// write lock meanwhile, so the others queue behind it), one of which a
+// trigger of the test makes fail. Every renewal of that batch gets the
+// error and none of them takes effect, the ones run before the failed
+// statement included; the transaction is rolled back, so the store's next
+// renewals of the same flags succeed at once, instead of meeting a
+// connection left inside a transaction that holds the write lock.
+func TestAFailedStatementRollsItsBatchBack(t *testing.T) {
+	t.Parallel()
+	s, path := openFileAt(t)
+	ctx := context.Background()
+	names := []string{"alone"}
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("a-%d", i), fmt.Sprintf("z-%d", i))
+	}
+	names = append(names, "m-poison")
+	terms := acquireAll(t, s, names)
+
+	other, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Exec(`CREATE TRIGGER poison BEFORE UPDATE ON leadership_flags
+WHEN NEW.name = 'm-poison' AND NEW.holder <> '' BEGIN SELECT RAISE(ABORT, 'poisoned by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := newStore(t, other).Flags(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	renew := func(i int) error {
+		_, err := s.Acquire(ctx, leadership.Request{Name: names[i], Holder: "h", Version: terms[i].Version, Lease: time.Minute})
+		return err
+	}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = renew(0) }) // sent alone, waits on the lock
+	time.Sleep(100 * time.Millisecond)
+	for i := 1; i < len(names); i++ {
+		wg.Go(func() { errs[i] = renew(i) }) // queued behind it: one batch
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := lock.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if errs[0] != nil {
+		t.Fatalf("the renewal sent alone failed: %v", errs[0])
+	}
+	for i := 1; i < len(names); i++ {
+		if errs[i] == nil {
+			t.Errorf("%s renewed, in the batch with the failed statement", names[i])
+		}
+	}
+	after, _, err := newStore(t, other).Flags(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range after {
+		if r.Name != "alone" && !r.ExpiresAt.Equal(before[i].ExpiresAt) {
+			t.Errorf("%s: expiry %v, was %v: a renewal of the failed batch took effect", r.Name, r.ExpiresAt, before[i].ExpiresAt)
+		}
+	}
+	for i, n := range names[:len(names)-1] {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res, err := s.Acquire(rctx, leadership.Request{Name: n, Holder: "h", Version: terms[i].Version, Lease: time.Minute})
+		cancel()
+		if err != nil || !res.Acquired {
+			t.Fatalf("renewal of %s after the failed batch = %+v, %v", n, res, err)
+		}
+	}
+}
