@@ -1,5 +1,10 @@
 package mysql
 
+import (
+	"context"
+	"time"
+)
+
 // WatchStatements is the number of statements the store's watcher has
 // sent, and WatchRings the number of rings it has heard.
 func (s *Store) WatchStatements() int64 { return s.watchStatements.Load() }
@@ -7,3 +12,12 @@ func (s *Store) WatchRings() int64      { return s.watchRings.Load() }
 
 // BellName is the name of the user-level lock of holder in database db.
 var BellName = bellName
+
+// WaitOnceOnBell runs one wait of a new watcher of s on the bell of the
+// store whose bell connection has the id id, as the watcher does once it
+// has found, from the nameplate of holder, that it is that store's.
+func (s *Store) WaitOnceOnBell(ctx context.Context, holder string, id int64) error {
+	w := watcher{s: s, owners: map[string]int64{holder: id}, silent: map[string]time.Time{}, pause: map[string]time.Duration{}}
+	defer w.close()
+	return w.wait(ctx, id)
+}

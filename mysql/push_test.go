@@ -240,10 +240,11 @@ WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
 
 // TestTheWatcherFollowsTheHolderItsFlagsWaitOn has a store follow two
 // flags led by two other processes, under the holder names h-a and h-b:
-// its watcher waits on h-a's bell (the first by name). When its flag on
-// h-a's row closes, no flag of the store waits on h-a any more, and the
-// watcher must move to h-b's bell at once, not after its GET_LOCK times
-// out: h-b's release then reaches the follower well before its poll.
+// its watcher waits on the bell of h-a's store (the first by holder name
+// on a tie). When its flag on h-a's row closes, no flag of the store
+// waits on a holder of that store any more, and the watcher must move to
+// the bell of h-b's store at once, not after its GET_LOCK times out:
+// h-b's release then reaches the follower well before its poll.
 func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
@@ -374,4 +375,47 @@ func TestAShutdownWakesTheFollowersOfEveryFlag(t *testing.T) {
 		}
 		t.Logf("the eight followers raised within %v of the shutdown's start", slowest)
 	})
+}
+
+// TestABellFoundFreeMakesTheWatcherLookAtTheRows has a watcher wait on a
+// bell nobody holds, as when the leading store gave its bell up right
+// after its last release, while the watcher was still reading the rows
+// after the ring before: the watcher looks at the rows once more, and
+// wakes the flag whose row is free, instead of only pausing on a silent
+// bell. (The pool is capped at two connections, so that the store runs
+// no watcher of its own beside the one the test runs.)
+func TestABellFoundFreeMakesTheWatcherLookAtTheRows(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	capped := func() *mysql.Store {
+		db := openDB(t, dsn)
+		db.SetMaxOpenConns(2)
+		return newStore(t, db)
+	}
+	leading, store := capped(), capped()
+	ctx := context.Background()
+	if err := leading.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := leading.Acquire(ctx, leadership.Request{Name: "freed", Holder: "gone", Lease: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	woken, unsubscribe := store.NotifyReleases("freed")
+	defer unsubscribe()
+	if lost, err := store.Acquire(ctx, leadership.Request{Name: "freed", Holder: "follower", Lease: time.Minute}); err != nil || lost.Acquired {
+		t.Fatalf("the follower's Acquire = %+v, %v; want a loss to gone", lost, err)
+	}
+	if ok, err := leading.Release(ctx, "freed", "gone", res.Version); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	const nobody = 1 << 40 // no connection has this id: the bell is free
+	if err := store.WaitOnceOnBell(ctx, "gone", nobody); err != nil {
+		t.Fatalf("wait on a free bell: %v", err)
+	}
+	select {
+	case <-woken:
+	case <-time.After(time.Second):
+		t.Fatal("the watcher found the bell free and did not wake the flag whose row is free")
+	}
 }
