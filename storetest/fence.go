@@ -132,7 +132,11 @@ func RunFence(t *testing.T, f Fencing) {
 		t.Parallel()
 		name, table := uniqueName(t), f.Table(t)
 		connect(t, s)
-		fl, err := leadership.NewFlag().Store(s).Name(name).Lease(5 * time.Second).Migrate(false).Build(ctx(t))
+		// Timeout 10 s: on SQLite every attempt needs the one write lock,
+		// which TakeoverWaitsForTheFencedTx holds on purpose for over a
+		// second (BEGIN IMMEDIATE), longer than a 1 s Timeout (Lease/5)
+		// lets the first attempt wait.
+		fl, err := leadership.NewFlag().Store(s).Name(name).Lease(30 * time.Second).Timeout(10 * time.Second).Migrate(false).Build(ctx(t))
 		if err != nil {
 			t.Fatalf("Build: %v", err)
 		}
