@@ -213,10 +213,18 @@ func sqliteBenchmark() string {
 	return goBenchmark("./sqlite", "ConcurrentRenewals", "6400x")
 }
 
+// postgresBenchmark runs the postgres package's benchmark of concurrent
+// renewals of many flags of one store, one statement for a batch and one
+// statement per flag, on the server of dsn.
+func postgresBenchmark(dsn string) string {
+	return goBenchmark("./postgres", "ConcurrentRenewals", "1s", "LEADERSHIP_TEST_POSTGRES_DSN="+dsn)
+}
+
 // goBenchmark runs the benchmarks matching pattern of the root module's
 // package pkg three times with go test, when the go command and the root
-// module are at hand, and returns the lines of its output that give them.
-func goBenchmark(pkg, pattern, benchtime string) string {
+// module are at hand, with env added to the environment, and returns the
+// lines of its output that give them.
+func goBenchmark(pkg, pattern, benchtime string, env ...string) string {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		return ""
@@ -226,6 +234,7 @@ func goBenchmark(pkg, pattern, benchtime string) string {
 	}
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime, "-count", "3", pkg)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		return ""

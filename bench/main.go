@@ -203,6 +203,9 @@ func run(o options) error {
 	if !o.quick {
 		r.rootBench = rootBenchmark(o.benchtime)
 		r.sqliteBench = sqliteBenchmark()
+		if pg != nil {
+			r.postgresBench = postgresBenchmark(pg.dsn)
+		}
 	}
 
 	// (1) crash failover and (2) graceful handover.

@@ -29,6 +29,7 @@ type report struct {
 	raised             []benchResult
 	rootBench          string
 	sqliteBench        string // many flags of one SQLite store
+	postgresBench      string // many flags of one PostgreSQL store
 	crash, graceful    []result
 	stall              []result
 	load               []loadRow
@@ -88,7 +89,7 @@ func (r *report) markdown() string {
 	p("")
 	p("How the two flags decide, from their source:")
 	p("")
-	p("- ours: one statement per attempt (several flags of one store due together share a batch on PostgreSQL and SQLite); the holder renews at most Lease/3 apart (on PostgreSQL and SQLite at ticks shared by the flags of a store) and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (on PostgreSQL, whose NOTIFY reaches every process, Lease: a follower asks once per lease, at the holder's expiry; on MySQL and SQLite, which do not claim that their release notifications reach other processes, Lease/3 capped at 2 s), on PostgreSQL at once on the NOTIFY a release sends, on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`), and on MySQL at once on the ring of the leading store's bell (a user-level lock the store releases and retakes after each release, `GET_LOCK` in the follower's watcher, which finds the store from a lock per holder name). `Close` releases the row.")
+	p("- ours: one statement per attempt (several flags of one store due together share a batch on PostgreSQL and SQLite; on PostgreSQL one statement decides a whole batch); the holder renews at most Lease/3 apart (on PostgreSQL and SQLite at ticks shared by the flags of a store) and trusts its term until (send time + Lease − SafetyMargin); followers wake at the holder's expiry by the database clock (+ jitter ≤ Lease/20), at most every PollInterval (on PostgreSQL, whose NOTIFY reaches every process, Lease: a follower asks once per lease, at the holder's expiry; on MySQL and SQLite, which do not claim that their release notifications reach other processes, Lease/3 capped at 2 s), on PostgreSQL at once on the NOTIFY a release sends, on SQLite (Linux) at once on a release seen by the store's file watcher (inotify, `PRAGMA data_version`), and on MySQL at once on the ring of the leading store's bell (a user-level lock the store releases and retakes after each release, `GET_LOCK` in the follower's watcher, which finds the store from a lock per holder name). `Close` releases the row.")
 	p("- peer: every check runs `select now()`, then `select … from leadership_flags`, then an `update` when it holds or takes over (3 statements for the holder, 2 for a follower); checks every Interval/2 ± 20 %%; a follower takes over once the holder's timestamp is older than Interval. `Close` only stops the loop: it neither releases the row nor lowers `Raised()`, and a stalled holder stays raised until its next check.")
 	p("")
 
@@ -243,8 +244,22 @@ func (r *report) markdown() string {
 	p("")
 
 	// (6)
+	if r.sqliteBench != "" || r.postgresBench != "" {
+		p("## 6. Many flags of one store")
+		p("")
+	}
+	if r.postgresBench != "" {
+		p("### PostgreSQL")
+		p("")
+		p("The postgres package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./postgres` (with `LEADERSHIP_TEST_POSTGRES_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one pgxpool; the renewals due together travel in batches. `statement=one` is the store as shipped: one statement over arrays (`unnest`) decides every request of a batch; `statement=per-flag` sends the same batches as one statement per request in a pgx batch (one round trip and one commit all the same). ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.")
+		p("")
+		p("```")
+		p("%s", r.postgresBench)
+		p("```")
+		p("")
+	}
 	if r.sqliteBench != "" {
-		p("## 6. Many flags of one SQLite store")
+		p("### SQLite")
 		p("")
 		p("The sqlite package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 6400x -count 3 ./sqlite`: 64 flags of one store renew at once, each from its own goroutine, on a database file in the temporary directory. `maxBatch=512` is the store as shipped: renewals due together share one transaction (BEGIN IMMEDIATE … COMMIT), one commit and one wait for the file's write lock; `maxBatch=1` sends them one transaction each through the same queue. The figure is ns/renewal.")
 		p("")

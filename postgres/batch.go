@@ -11,16 +11,19 @@ import (
 	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
-// Batching (sqlstore.Batcher). The acquire statements of the flags of one
-// Store that are due while another batch is on its way are sent together,
-// as one pgx batch: one round trip and one implicit transaction (so one
-// commit) for all of them. A batch of one is the statement alone, without
-// a batch's framing. The session must be idle afterwards (see committed),
-// so the batch has committed before any result is returned.
+// Batching (sqlstore.Batcher). The acquire requests of the flags of one
+// Store that are due while another batch is on its way are sent together:
+// one statement (acquireManySQL) decides all of them, one row each, or,
+// when a name comes twice, one statement per run of distinct names (see
+// rounds), the runs sent as one pgx batch. Either way one round trip and
+// one implicit transaction (so one commit) for all of them. A batch of one
+// is acquireSQL alone, without a batch's framing, and so is a run of one.
+// The session must be idle afterwards (see committed), so the batch has
+// committed before any result is returned.
 const (
 	// maxSenders is how many batches of one Store may be in flight at once.
 	maxSenders = 2
-	// maxBatch is the most statements in one batch.
+	// maxBatch is the most requests in one batch.
 	maxBatch = 512
 )
 
@@ -34,8 +37,8 @@ func (s *Store) newBatcher() *sqlstore.Batcher {
 	}
 }
 
-// sendBatch runs the acquire statements of batch in one pgx batch,
-// retrying it once on a transient error.
+// sendBatch decides the requests of batch, sorted by name, in one round
+// trip and one transaction, retrying it once on a transient error.
 func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]leadership.Result, error) {
 	results := make([]leadership.Result, len(batch))
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
@@ -44,12 +47,36 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 				return scanAcquire(conn.QueryRow(ctx, acquireSQL, acquireArgs(batch[0])...), batch[0].Req.Name, &results[0])
 			}
 			var b pgx.Batch
-			for _, p := range batch {
-				b.Queue(acquireSQL, acquireArgs(p)...)
+			runs := rounds(batch)
+			if s.statementPerFlag {
+				runs = runs[:0]
+				for i := range batch {
+					runs = append(runs, []int{i})
+				}
+			}
+			for _, run := range runs {
+				if len(run) == 1 {
+					b.Queue(acquireSQL, acquireArgs(batch[run[0]])...)
+					continue
+				}
+				args, err := acquireManyArgs(batch, run)
+				if err != nil {
+					return err
+				}
+				b.Queue(acquireManySQL, args...)
 			}
 			br := conn.SendBatch(ctx, &b)
-			for i, p := range batch {
-				if err := scanAcquire(br.QueryRow(), p.Req.Name, &results[i]); err != nil {
+			for _, run := range runs {
+				var err error
+				if len(run) == 1 {
+					err = scanAcquire(br.QueryRow(), batch[run[0]].Req.Name, &results[run[0]])
+				} else {
+					var rows pgx.Rows
+					if rows, err = br.Query(); err == nil {
+						err = scanAcquireMany(rows, batch, run, results)
+					}
+				}
+				if err != nil {
 					br.Close()
 					return err
 				}

@@ -1,5 +1,14 @@
 package postgres
 
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
+)
+
 // BatchStats reports how many batches and statements the store has sent.
 func (s *Store) BatchStats() (batches, statements int64) {
 	batches, statements, _ = s.batch.Stats()
@@ -11,4 +20,29 @@ func (s *Store) BatchStats() (batches, statements int64) {
 func (s *Store) AloneBatches() int64 {
 	_, _, alone := s.batch.Stats()
 	return alone
+}
+
+// SetStatementPerFlag makes the store send a batch as one statement per
+// request, as before the statement that decides many.
+func (s *Store) SetStatementPerFlag(on bool) { s.statementPerFlag = on }
+
+// AcquireTogether sends reqs as one batch, as the batcher sends requests
+// that queued together (sorted by name, runs of distinct names sent as
+// one statement each), and returns their results in reqs' order.
+func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
+	batch := make([]*sqlstore.Pending, len(reqs))
+	for i, r := range reqs {
+		batch[i] = &sqlstore.Pending{Ctx: ctx, Req: r}
+	}
+	sorted := slices.Clone(batch)
+	slices.SortStableFunc(sorted, func(x, y *sqlstore.Pending) int { return strings.Compare(x.Req.Name, y.Req.Name) })
+	results, err := s.sendBatch(ctx, sorted)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]leadership.Result, len(reqs))
+	for i, p := range sorted {
+		out[slices.Index(batch, p)] = results[i]
+	}
+	return out, nil
 }

@@ -202,3 +202,78 @@ func TestGuardConformance(t *testing.T) {
 		return open, func(t testing.TB) { newIncarnation(t, newPool(t, dsn)) }
 	})
 }
+
+// TestGuardRulesHoldForFlagsDecidedInOneStatement walks the guard's rules
+// with the requests of many flags in one batch, so that each run of
+// distinct names is decided by one statement: after a new incarnation the
+// live holder renews at once, takeovers and first acquisitions in the same
+// statement are refused for the hold, which lasts the longest lease of
+// the statement's rows, and then get versions at or above the floor. Two
+// requests for one name in one batch are decided one after the other.
+func TestGuardRulesHoldForFlagsDecidedInOneStatement(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lease, longer = time.Second, 3 * time.Second
+	together := func(reqs ...leadership.Request) []leadership.Result {
+		t.Helper()
+		res, err := s.AcquireTogether(ctx, reqs...)
+		if err != nil {
+			t.Fatalf("acquire together: %v", err)
+		}
+		return res
+	}
+	first := together(
+		leadership.Request{Name: "live", Holder: "a", Lease: lease},
+		leadership.Request{Name: "freed", Holder: "b", Lease: lease},
+		leadership.Request{Name: "freed", Holder: "b2", Lease: lease}, // the same name again: loses to b
+	)
+	if !first[0].Acquired || first[0].Version != 1 || !first[1].Acquired || first[1].Version != 1 {
+		t.Fatalf("first acquisitions on a fresh schema = %+v, want both at version 1", first)
+	}
+	if first[2].Acquired || first[2].Holder != "b" {
+		t.Fatalf("a second request for a name in the same batch = %+v, want lost to b", first[2])
+	}
+	if ok, err := s.Release(ctx, "freed", "b", 1); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+
+	newIncarnation(t, pool)
+	after := together(
+		leadership.Request{Name: "live", Holder: "a", Version: 1, Lease: lease},
+		leadership.Request{Name: "freed", Holder: "c", Lease: lease},
+		leadership.Request{Name: "new-name", Holder: "c", Lease: longer},
+	)
+	if !after[0].Acquired || after[0].Version != 1 {
+		t.Fatalf("renewal by the live holder after a new incarnation = %+v, want renewed at once, version 1", after[0])
+	}
+	until, now, err := s.QuarantinedUntil(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hold := until.Sub(now); hold < longer-lease/2 || hold > longer {
+		t.Fatalf("hold after a new incarnation ends in %v, want about the longest lease of the statement (%v)", hold, longer)
+	}
+	for _, res := range after[1:] {
+		if res.Acquired {
+			t.Fatalf("acquisition of %s during the hold = %+v, want refused", res.Name, res)
+		}
+		if res.ExpiresAt.Before(until) {
+			t.Errorf("a loser of %s was told the flag frees at %v, before the hold ends at %v", res.Name, res.ExpiresAt, until)
+		}
+	}
+	floor := after[0].Now.UnixMicro()
+	time.Sleep(until.Sub(now) + 50*time.Millisecond)
+	for _, res := range together(
+		leadership.Request{Name: "freed", Holder: "c", Lease: lease},
+		leadership.Request{Name: "new-name", Holder: "c", Lease: lease},
+	) {
+		if !res.Acquired || res.Version < floor {
+			t.Fatalf("acquisition of %s after the hold = %+v, want a version at or above the floor %d", res.Name, res, floor)
+		}
+	}
+}

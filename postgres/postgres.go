@@ -93,6 +93,10 @@ type Store struct {
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
 	batch     *sqlstore.Batcher // batch.go
+	// statementPerFlag sends a batch as one acquireSQL statement per
+	// request (each a run of its own), as before acquireManySQL: a test
+	// hook, for the benchmark that compares the two.
+	statementPerFlag bool
 
 	mu     sync.Mutex
 	subs   int                // subscriptions to NotifyReleases
