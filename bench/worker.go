@@ -115,6 +115,7 @@ func ourStore(ctx context.Context, dsn, app string, c *counter) (leadership.Stor
 		}
 		cfg.ConnConfig.Tracer = c
 		cfg.ConnConfig.RuntimeParams["application_name"] = app
+		cfg.ShouldPing = postgres.ShouldPing // as the postgres package recommends: one round trip per attempt
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, nil, err

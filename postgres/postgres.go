@@ -17,6 +17,11 @@
 // ordering the flag's trust window relies on — and is the same instant
 // everywhere in the statement.
 //
+// pgxpool pings a connection idle for more than a second before it lends
+// it, and an attempt's connection nearly always is (a holder renews every
+// Lease/3): with pgxpool's default an attempt is two round trips. Set
+// [ShouldPing] in the pool's config to keep it at one.
+//
 // # Schema
 //
 // The table leadership_flags and golang-migrate's version table

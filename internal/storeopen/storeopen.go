@@ -86,6 +86,7 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 			// pgx masks the password in its parse errors.
 			return nil, fmt.Errorf("%w: postgres DSN: %v", leadership.ErrInvalidArgument, err)
 		}
+		cfg.ShouldPing = postgres.ShouldPing // one round trip per attempt
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %v", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
@@ -191,6 +192,27 @@ func TestMySQLUnixSocket(t *testing.T) {
 		_, err := storeopen.MySQLNative(in)
 		if !errors.Is(err, leadership.ErrInvalidArgument) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "unix(") {
 			t.Errorf("MySQLNative(%q) = %v, want ErrInvalidArgument naming the forms, without the password", in, err)
+		}
+	}
+}
+
+// TestOpenPostgresPingsOnlyLongIdleConnections: the pool Open makes keeps
+// an attempt at one round trip (postgres.ShouldPing), instead of pgxpool's
+// ping of every connection idle for more than a second. The pool connects
+// lazily, so no server is needed.
+func TestOpenPostgresPingsOnlyLongIdleConnections(t *testing.T) {
+	o, err := storeopen.Open(context.Background(), "postgres://u@127.0.0.1:1/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	shouldPing := o.Pool.Config().ShouldPing
+	if shouldPing == nil {
+		t.Fatal("the pool has pgxpool's default ShouldPing: a ping before every attempt idle for over a second")
+	}
+	for idle, want := range map[time.Duration]bool{5 * time.Second: false, 2 * time.Minute: true} {
+		if got := shouldPing(context.Background(), pgxpool.ShouldPingParams{IdleDuration: idle}); got != want {
+			t.Errorf("ShouldPing after %v idle = %v, want %v", idle, got, want)
 		}
 	}
 }
