@@ -20,7 +20,7 @@ import (
 // guard; the guard is read, and written when needed, once for the
 // statement, with the longest lease of its rows where acquireSQL takes the
 // row's own (so a hold it starts lasts at least as long as any row's
-// would). The upsert takes the rows in the order of their names, as the
+// would): the same guardCTEs, given another lease CTE. The upsert takes the rows in the order of their names, as the
 // statements of a batch do one after the other, so two processes'
 // statements lock rows in one order.
 //
@@ -35,40 +35,7 @@ WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $4::bigint[]) WITH ORDINALITY AS r(name, holder, lease_us, i)
 ), lease AS (
     SELECT max(lease_us) AS us FROM req
-), inc_read AS (
-    SELECT incarnation FROM leadership_incarnation WHERE id = 1
-), inc_new AS (
-    INSERT INTO leadership_incarnation (id, incarnation)
-    SELECT 1, gen_random_uuid()::text WHERE NOT EXISTS (SELECT FROM inc_read)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING incarnation
-), inc AS (
-    SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
-), g_read AS (
-    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
-), g_write AS (
-    UPDATE leadership_guard g SET
-        incarnation = inc.id,
-        hold_until = CASE WHEN g.incarnation IN ('', inc.id) THEN g.hold_until
-            ELSE greatest(g.hold_until, now() + greatest(g.max_lease_us, l.us) * interval '1 microsecond') END,
-        version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
-            ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
-        max_lease_us = greatest(g.max_lease_us, l.us)
-    FROM inc, lease l
-    WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < l.us)
-    RETURNING g.hold_until, g.version_floor
-), guard AS (
-    SELECT
-        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT hold_until FROM g_write)
-             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.hold_until
-             ELSE greatest(r.hold_until, now() + greatest(r.max_lease_us, l.us) * interval '1 microsecond')
-        END AS hold_until,
-        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT version_floor FROM g_write)
-             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.version_floor
-             ELSE greatest(r.version_floor, (extract(epoch FROM now()) * 1000000)::bigint)
-        END AS version_floor
-    FROM g_read r, inc i, lease l
-), up AS (
+), ` + guardCTEs + `, up AS (
     INSERT INTO leadership_flags AS f (name, holder, version, renewed_at, expires_at)
     SELECT q.name, q.holder, greatest(1, g.version_floor), now(), now() + q.lease_us * interval '1 microsecond'
     FROM req q, guard g

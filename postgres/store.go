@@ -15,7 +15,8 @@ import (
 // documentation, and docs/failover.md for the guard. $1 name, $2 holder, $3
 // version held (0: none), $4 lease in microseconds.
 //
-// The CTEs, in order: the server's incarnation (inc_read, or inc_new when
+// The CTEs, in order: the lease asked for (lease), which a hold lasts at
+// least; then guardCTEs: the server's incarnation (inc_read, or inc_new when
 // this statement is the first of a new incarnation; inc is NULL when
 // another statement wrote it after this one began); the guard record as
 // read (g_read) and as written when this statement noticed a new
@@ -32,40 +33,9 @@ import (
 // the row with its expiry raised to the hold's end, or a name without a
 // row, free but held.
 const acquireSQL = `
-WITH inc_read AS (
-    SELECT incarnation FROM leadership_incarnation WHERE id = 1
-), inc_new AS (
-    INSERT INTO leadership_incarnation (id, incarnation)
-    SELECT 1, gen_random_uuid()::text WHERE NOT EXISTS (SELECT FROM inc_read)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING incarnation
-), inc AS (
-    SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
-), g_read AS (
-    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
-), g_write AS (
-    UPDATE leadership_guard g SET
-        incarnation = inc.id,
-        hold_until = CASE WHEN g.incarnation IN ('', inc.id) THEN g.hold_until
-            ELSE greatest(g.hold_until, now() + greatest(g.max_lease_us, $4::bigint) * interval '1 microsecond') END,
-        version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
-            ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
-        max_lease_us = greatest(g.max_lease_us, $4::bigint)
-    FROM inc
-    WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < $4::bigint)
-    RETURNING g.hold_until, g.version_floor
-), guard AS (
-    SELECT
-        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT hold_until FROM g_write)
-             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.hold_until
-             ELSE greatest(r.hold_until, now() + greatest(r.max_lease_us, $4::bigint) * interval '1 microsecond')
-        END AS hold_until,
-        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT version_floor FROM g_write)
-             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.version_floor
-             ELSE greatest(r.version_floor, (extract(epoch FROM now()) * 1000000)::bigint)
-        END AS version_floor
-    FROM g_read r, inc i
-), up AS (
+WITH lease AS (
+    SELECT $4::bigint AS us
+), ` + guardCTEs + `, up AS (
     INSERT INTO leadership_flags AS f (name, holder, version, renewed_at, expires_at)
     SELECT $1, $2, greatest(1, g.version_floor), now(), now() + $4::bigint * interval '1 microsecond'
     FROM guard g
@@ -91,6 +61,46 @@ UNION ALL
 SELECT false, '', 0, now(), g.hold_until, now() FROM guard g
 WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up)
   AND NOT EXISTS (SELECT FROM leadership_flags WHERE name = $1)`
+
+// guardCTEs are the CTEs of the failover guard that acquireSQL and
+// acquireManySQL share: the server's incarnation (inc), the guard record
+// as read (g_read) and as written (g_write), and the guard in force for
+// the statement (guard). They read the lease of a hold from a CTE lease
+// (one row, us) that the statement defines before them.
+const guardCTEs = `inc_read AS (
+    SELECT incarnation FROM leadership_incarnation WHERE id = 1
+), inc_new AS (
+    INSERT INTO leadership_incarnation (id, incarnation)
+    SELECT 1, gen_random_uuid()::text WHERE NOT EXISTS (SELECT FROM inc_read)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING incarnation
+), inc AS (
+    SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
+), g_read AS (
+    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
+), g_write AS (
+    UPDATE leadership_guard g SET
+        incarnation = inc.id,
+        hold_until = CASE WHEN g.incarnation IN ('', inc.id) THEN g.hold_until
+            ELSE greatest(g.hold_until, now() + greatest(g.max_lease_us, l.us) * interval '1 microsecond') END,
+        version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
+            ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
+        max_lease_us = greatest(g.max_lease_us, l.us)
+    FROM inc, lease l
+    WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < l.us)
+    RETURNING g.hold_until, g.version_floor
+), guard AS (
+    SELECT
+        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT hold_until FROM g_write)
+             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.hold_until
+             ELSE greatest(r.hold_until, now() + greatest(r.max_lease_us, l.us) * interval '1 microsecond')
+        END AS hold_until,
+        CASE WHEN EXISTS (SELECT FROM g_write) THEN (SELECT version_floor FROM g_write)
+             WHEN r.incarnation = '' OR r.incarnation = i.id THEN r.version_floor
+             ELSE greatest(r.version_floor, (extract(epoch FROM now()) * 1000000)::bigint)
+        END AS version_floor
+    FROM g_read r, inc i, lease l
+)`
 
 // Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
 // Store share round trips and commits (see batch.go).
