@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,24 +88,43 @@ func rounds(batch []*sqlstore.Pending) [][]int {
 
 // acquireManyArgs returns the arguments of acquireManySQL for the requests
 // of batch at positions run.
-func acquireManyArgs(batch []*sqlstore.Pending, run []int) ([]any, error) {
+func acquireManyArgs(batch []*sqlstore.Pending, run []int) []any {
 	names := make([]string, len(run))
 	holders := make([]string, len(run))
 	leases := make([]int64, len(run))
-	versions := make(map[string]int64, len(run))
+	var held strings.Builder
+	held.WriteByte('{')
 	for j, i := range run {
 		req := batch[i].Req
 		names[j], holders[j] = req.Name, req.Holder
 		leases[j] = (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
 		if req.Version > 0 {
-			versions[req.Name] = req.Version
+			if held.Len() > 1 {
+				held.WriteByte(',')
+			}
+			writeJSONString(&held, req.Name)
+			held.WriteByte(':')
+			held.WriteString(strconv.FormatInt(req.Version, 10))
 		}
 	}
-	held, err := json.Marshal(versions)
-	if err != nil {
-		return nil, fmt.Errorf("encode the versions held: %w", err)
+	held.WriteByte('}')
+	return []any{names, holders, held.String(), leases}
+}
+
+// writeJSONString writes s, a valid name (UTF-8 without control
+// characters, see [leadership.ValidateName]), as a JSON string escaping
+// only the quote and the backslash: encoding/json would also write U+2028,
+// U+2029 and HTML characters as \u escapes, which jsonb refuses for
+// characters beyond ASCII in a database whose encoding is not UTF-8.
+func writeJSONString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		if r == '"' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
 	}
-	return []any{names, holders, string(held), leases}, nil
+	b.WriteByte('"')
 }
 
 // scanAcquireMany reads the result rows of one acquireManySQL statement

@@ -59,11 +59,7 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 					b.Queue(acquireSQL, acquireArgs(batch[run[0]])...)
 					continue
 				}
-				args, err := acquireManyArgs(batch, run)
-				if err != nil {
-					return err
-				}
-				b.Queue(acquireManySQL, args...)
+				b.Queue(acquireManySQL, acquireManyArgs(batch, run)...)
 			}
 			br := conn.SendBatch(ctx, &b)
 			for _, run := range runs {

@@ -31,6 +31,9 @@ import (
 // statement of the batch reads the database clock after the send; the
 // batch commits before any result is returned, and a failed statement
 // rolls the whole batch back, returning the error to every request in it.
+// An error the client finds after the commit (a reply it cannot read) is
+// returned to every request too, as a lost reply is: the requests may have
+// taken effect, and each flag's next attempt learns its row.
 // The statements of a batch run one after the other in its transaction,
 // each seeing the writes of those before it, so two requests for one name
 // in one batch are decided as if sent one after the other. Requests are
