@@ -34,7 +34,9 @@
 //     database, with its own clock, inside the statement that acquires or
 //     renews. The clocks of the competing processes are never compared.
 //   - One round trip per attempt. Acquire-or-renew is one conditional
-//     statement that decides and writes (on a networked database).
+//     statement that decides and writes (on a networked database; on
+//     PostgreSQL with postgres.ShouldPing in the pool's config, since
+//     pgxpool's default first pings a connection idle for over a second).
 //   - Trust window. A process trusts a term until (its monotonic clock just
 //     before the successful attempt was sent) + Lease − SafetyMargin. The
 //     database started the term no earlier than that send, so the window ends
