@@ -17,12 +17,12 @@ import (
 // microseconds (arrays in one order, no name twice), $3 a JSON object of
 // the version each request holds, by name (0 or absent: none). Each row is
 // decided by the rules of acquireSQL, word for word, against the same
-// guard; the guard is read, and written when needed, once for the
-// statement, with the longest lease of its rows where acquireSQL takes the
-// row's own (so a hold it starts lasts at least as long as any row's
-// would): the same guardCTEs, given another lease CTE. The upsert takes the rows in the order of their names, as the
-// statements of a batch do one after the other, so two processes'
-// statements lock rows in one order.
+// guard. The guard (the same guardCTEs, given another lease CTE) is read,
+// and written when needed, once for the statement, with the longest lease
+// of its rows where acquireSQL takes the row's own, so a hold it starts
+// lasts at least as long as any row's would. The upsert takes the rows in
+// the order of their names, as the statements of a batch did one after the
+// other, so two processes' statements lock rows in one order.
 //
 // The version held is looked up by name (a binary search in the JSON
 // object) because ON CONFLICT DO UPDATE sees only the row and the proposed
@@ -64,12 +64,12 @@ SELECT q.i, false, '', 0, now(), g.hold_until, now() FROM req q, guard g
 WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up WHERE up.name = q.name)
   AND NOT EXISTS (SELECT FROM leadership_flags WHERE name = q.name)`
 
-// rounds splits batch, sorted by name, into runs that each hold a name at
+// distinctRuns splits batch, sorted by name, into runs that each hold a name at
 // most once (one upsert cannot change a row twice), in the batch's order:
 // the k-th request of a name goes into the k-th run, so the runs, sent one
 // after the other in one transaction, decide the requests of a name in
 // the batch's order. Each run is a slice of positions in batch.
-func rounds(batch []*sqlstore.Pending) [][]int {
+func distinctRuns(batch []*sqlstore.Pending) [][]int {
 	var out [][]int
 	k := 0
 	for i, p := range batch {

@@ -15,8 +15,8 @@ import (
 // Store that are due while another batch is on its way are sent together:
 // one statement (acquireManySQL) decides all of them, one row each, or,
 // when a name comes twice, one statement per run of distinct names (see
-// rounds), the runs sent as one pgx batch. Either way one round trip and
-// one implicit transaction (so one commit) for all of them. A batch of one
+// distinctRuns), the runs sent as one pgx batch. Either way one round trip
+// and one implicit transaction (so one commit) for all of them. A batch of one
 // is acquireSQL alone, without a batch's framing, and so is a run of one.
 // The session must be idle afterwards (see committed), so the batch has
 // committed before any result is returned.
@@ -47,7 +47,7 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 				return scanAcquire(conn.QueryRow(ctx, acquireSQL, acquireArgs(batch[0])...), batch[0].Req.Name, &results[0])
 			}
 			var b pgx.Batch
-			runs := rounds(batch)
+			runs := distinctRuns(batch)
 			if s.statementPerFlag {
 				runs = runs[:0]
 				for i := range batch {
