@@ -2,13 +2,12 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/postgres"
 )
@@ -63,41 +62,19 @@ func BenchmarkConcurrentRenewals(b *testing.B) {
 }
 
 func benchmarkRenewals(b *testing.B, s *postgres.Store, prefix string) {
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	names := make([]string, 512)
-	terms := make([]leadership.Result, len(names))
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
-		res, err := s.Acquire(ctx, leadership.Request{Name: names[i], Holder: "h", Lease: time.Hour})
-		if err != nil || !res.Acquired {
-			b.Fatalf("Acquire %s = %+v, %v", names[i], res, err)
-		}
-		terms[i] = res
 	}
+	terms := batchtest.AcquireAll(b, s, names)
 	batches0, statements0 := s.BatchStats()
 	rounds := 0
 	for b.Loop() {
 		rounds++
-		var wg sync.WaitGroup
-		errs := make([]error, len(names))
-		for i, n := range names {
-			wg.Go(func() {
-				res, err := s.Acquire(ctx, leadership.Request{Name: n, Holder: "h", Version: terms[i].Version, Lease: time.Hour})
-				switch {
-				case err != nil:
-					errs[i] = err
-				case !res.Acquired || res.Version != terms[i].Version:
-					errs[i] = fmt.Errorf("renewal of %s = %+v, want the term %d renewed", n, res, terms[i].Version)
-				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			b.Fatal(err)
-		}
+		batchtest.RenewAll(b, s, names, terms, 1)
 	}
 	batches, statements := s.BatchStats()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rounds*len(names)), "ns/renewal")

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -35,7 +34,7 @@ func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request)
 		batch[i] = &sqlstore.Pending{Ctx: ctx, Req: r}
 	}
 	sorted := slices.Clone(batch)
-	slices.SortStableFunc(sorted, func(x, y *sqlstore.Pending) int { return strings.Compare(x.Req.Name, y.Req.Name) })
+	sqlstore.SortByName(sorted)
 	results, err := s.sendBatch(ctx, sorted)
 	if err != nil {
 		return nil, err

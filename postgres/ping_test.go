@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testdb"
@@ -88,4 +89,79 @@ func TestAnAttemptAfterASecondIdleIsOneRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAHolderKeepsItsTermWhenTheServerClosesItsConnections: with
+// postgres.ShouldPing nothing checks a connection before an attempt, so
+// after the server closed the pool's connections (a restart, a failover,
+// an administrator) the holder's next renewal fails on one; the flag tries
+// again after its backoff, on a new connection, inside its trust window,
+// and keeps its term without lowering.
+func TestAHolderKeepsItsTermWhenTheServerClosesItsConnections(t *testing.T) {
+	t.Parallel()
+	app := "lt-closed-" + randomHex()
+	dsn := schemaDSN(t, testdb.Postgres(t))
+	cfg, err := pgxpool.ParseConfig(withParam(t, dsn, "application_name", app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ShouldPing = postgres.ShouldPing
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reg := prometheus.NewRegistry()
+	var lowered atomic.Int64
+	const lease = 3 * time.Second // renew every 1 s, Timeout 600 ms, trusted for 2.7 s
+	// Without the listener, which would otherwise meet a closed
+	// connection first, reconnect, and hand the renewals a new one.
+	s, err := postgres.New(pool, postgres.WithoutNotifications())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := leadership.NewFlag().Store(s).Name("closed-" + randomHex()).Lease(lease).
+		MetricsRegisterer(reg).OnLower(func() { lowered.Add(1) }).Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	token, _ := f.Token()
+
+	var killed int
+	if err := newPool(t, dsn).QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1`, app).Scan(&killed); err != nil || killed == 0 {
+		t.Fatalf("backends of the flag's pool terminated: %d, %v; want some", killed, err)
+	}
+	time.Sleep(2 * lease) // two trust windows: a term not renewed would have ended
+	if got, ok := f.Token(); !ok || got != token || lowered.Load() != 0 {
+		t.Fatalf("after the server closed the pool's %d connections: token %d, raised %v, lowered %d times; want token %d kept, never lowered",
+			killed, got, ok, lowered.Load(), token)
+	}
+	if n := failedAttempts(t, reg); n < 1 {
+		t.Fatalf("%v failed attempts after the server closed the connections: the test did not make a renewal meet a closed connection", n)
+	}
+}
+
+// failedAttempts sums the flag's error counter on reg.
+func failedAttempts(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == leadership.MetricErrors {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }

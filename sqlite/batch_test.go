@@ -10,50 +10,9 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/sqlite"
 )
-
-// acquireAll has the store acquire names, one after the other.
-func acquireAll(t testing.TB, s *sqlite.Store, names []string) []leadership.Result {
-	t.Helper()
-	terms := make([]leadership.Result, len(names))
-	for i, n := range names {
-		res, err := s.Acquire(context.Background(), leadership.Request{Name: n, Holder: "h", Lease: time.Minute})
-		if err != nil || !res.Acquired {
-			t.Fatalf("Acquire %s = %+v, %v", n, res, err)
-		}
-		terms[i] = res
-	}
-	return terms
-}
-
-// renewAll renews the terms of names from one goroutine per name, rounds
-// times, and checks that each renews its own term.
-func renewAll(t testing.TB, s *sqlite.Store, names []string, terms []leadership.Result, rounds int) {
-	t.Helper()
-	ctx := context.Background()
-	for range rounds {
-		var wg sync.WaitGroup
-		errs := make([]error, len(names))
-		for i, n := range names {
-			wg.Go(func() {
-				res, err := s.Acquire(ctx, leadership.Request{Name: n, Holder: "h", Version: terms[i].Version, Lease: time.Minute})
-				switch {
-				case err != nil:
-					errs[i] = err
-				case !res.Acquired || res.Version != terms[i].Version || res.Holder != "h":
-					errs[i] = fmt.Errorf("renewal of %s = %+v, want the term %d renewed", n, res, terms[i].Version)
-				}
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
 
 func openFile(t testing.TB) *sqlite.Store {
 	t.Helper()
@@ -102,10 +61,10 @@ func TestConcurrentAttemptsOfOneStoreShareTransactions(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("flag-%02d", i)
 	}
-	terms := acquireAll(t, s, names)
+	terms := batchtest.AcquireAll(t, s, names)
 	b0, n0 := s.BatchStats()
 	f0 := walFrames(t, path)
-	renewAll(t, s, names, terms, 5)
+	batchtest.RenewAll(t, s, names, terms, 5)
 	b1, n1 := s.BatchStats()
 	frames := walFrames(t, path) - f0
 	t.Logf("%d renewals in %d transactions, appending %d frames to the -wal file", n1-n0, b1-b0, frames)
@@ -126,9 +85,9 @@ func BenchmarkConcurrentRenewals(b *testing.B) {
 			for i := range names {
 				names[i] = fmt.Sprintf("flag-%02d", i)
 			}
-			terms := acquireAll(b, s, names)
+			terms := batchtest.AcquireAll(b, s, names)
 			b.ResetTimer()
-			renewAll(b, s, names, terms, max1(b.N/len(names)))
+			batchtest.RenewAll(b, s, names, terms, max1(b.N/len(names)))
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max1(b.N/len(names))*len(names)), "ns/renewal")
 		})
 	}
@@ -153,7 +112,7 @@ func TestAFailedStatementRollsItsBatchBack(t *testing.T) {
 		names = append(names, fmt.Sprintf("a-%d", i), fmt.Sprintf("z-%d", i))
 	}
 	names = append(names, "m-poison")
-	terms := acquireAll(t, s, names)
+	terms := batchtest.AcquireAll(t, s, names)
 
 	other, err := sqlite.Open(path)
 	if err != nil {

@@ -173,7 +173,7 @@ func (b *Batcher) take() []*Pending {
 func (b *Batcher) send(ctx context.Context, batch []*Pending) {
 	b.batches.Add(1)
 	b.statements.Add(int64(len(batch)))
-	slices.SortStableFunc(batch, func(x, y *Pending) int { return strings.Compare(x.Req.Name, y.Req.Name) })
+	SortByName(batch)
 	results, err := b.Send(ctx, batch)
 	for i, p := range batch {
 		if err != nil {
@@ -183,6 +183,12 @@ func (b *Batcher) send(ctx context.Context, batch []*Pending) {
 		}
 		close(p.done)
 	}
+}
+
+// SortByName sorts batch by name, in byte order, keeping the order of the
+// requests of one name: the order Send receives a batch in.
+func SortByName(batch []*Pending) {
+	slices.SortStableFunc(batch, func(x, y *Pending) int { return strings.Compare(x.Req.Name, y.Req.Name) })
 }
 
 // batchContext bounds a batch by the earliest deadline of its requests;

@@ -1,0 +1,64 @@
+// Package batchtest has the helpers that the tests and benchmarks of the
+// stores that batch (postgres, sqlite) share: many flags of one Store
+// acquired, then renewed all at once so that their renewals travel in
+// batches.
+package batchtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbflag/leadership"
+)
+
+// Holder and Lease are what AcquireAll and RenewAll ask for.
+const (
+	Holder = "h"
+	Lease  = time.Minute
+)
+
+// AcquireAll has s acquire names, one after the other, and returns their
+// terms; it fails the test unless each is acquired.
+func AcquireAll(t testing.TB, s leadership.Store, names []string) []leadership.Result {
+	t.Helper()
+	terms := make([]leadership.Result, len(names))
+	for i, n := range names {
+		res, err := s.Acquire(context.Background(), leadership.Request{Name: n, Holder: Holder, Lease: Lease})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s = %+v, %v", n, res, err)
+		}
+		terms[i] = res
+	}
+	return terms
+}
+
+// RenewAll renews the terms of names from one goroutine per name, rounds
+// times, and fails the test unless each renews its own term.
+func RenewAll(t testing.TB, s leadership.Store, names []string, terms []leadership.Result, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	for range rounds {
+		var wg sync.WaitGroup
+		errs := make([]error, len(names))
+		for i, n := range names {
+			wg.Go(func() {
+				res, err := s.Acquire(ctx, leadership.Request{Name: n, Holder: Holder, Version: terms[i].Version, Lease: Lease})
+				switch {
+				case err != nil:
+					errs[i] = err
+				case !res.Acquired || res.Version != terms[i].Version || res.Holder != Holder:
+					errs[i] = fmt.Errorf("renewal of %s = %+v, want the term %d renewed", n, res, terms[i].Version)
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
