@@ -220,6 +220,13 @@ func postgresBenchmark(dsn string) string {
 	return goBenchmark("./postgres", "ConcurrentRenewals", "1s", "LEADERSHIP_TEST_POSTGRES_DSN="+dsn)
 }
 
+// mysqlBenchmark runs the mysql package's benchmark of concurrent renewals
+// of many flags of one store, one CALL for a batch, one CALL per flag and
+// statement mode, on the server of dsn (go-sql-driver's form).
+func mysqlBenchmark(dsn string) string {
+	return goBenchmark("./mysql", "ConcurrentRenewals", "1s", "LEADERSHIP_TEST_MYSQL_DSN="+dsn)
+}
+
 // goBenchmark runs the benchmarks matching pattern of the root module's
 // package pkg three times with go test, when the go command and the root
 // module are at hand, with env added to the environment, and returns the

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -205,6 +206,9 @@ func run(o options) error {
 		r.sqliteBench = sqliteBenchmark()
 		if pg != nil {
 			r.postgresBench = postgresBenchmark(pg.dsn)
+		}
+		if slices.ContainsFunc(targets, func(t target) bool { return t.kind == "mysql" }) {
+			r.mysqlBench = mysqlBenchmark(o.my)
 		}
 	}
 

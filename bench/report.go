@@ -30,6 +30,7 @@ type report struct {
 	rootBench          string
 	sqliteBench        string // many flags of one SQLite store
 	postgresBench      string // many flags of one PostgreSQL store
+	mysqlBench         string // many flags of one MySQL store
 	crash, graceful    []result
 	stall              []result
 	load               []loadRow
@@ -244,7 +245,7 @@ func (r *report) markdown() string {
 	p("")
 
 	// (6)
-	if r.sqliteBench != "" || r.postgresBench != "" {
+	if r.sqliteBench != "" || r.postgresBench != "" || r.mysqlBench != "" {
 		p("## 6. Many flags of one store")
 		p("")
 	}
@@ -255,6 +256,16 @@ func (r *report) markdown() string {
 		p("")
 		p("```")
 		p("%s", r.postgresBench)
+		p("```")
+		p("")
+	}
+	if r.mysqlBench != "" {
+		p("### MySQL/MariaDB")
+		p("")
+		p("The mysql package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./mysql` (with `LEADERSHIP_TEST_MYSQL_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one `*sql.DB` (default pool); the renewals due together travel in batches. `batch=one-call` is routine mode as shipped: one `CALL leadership_acquire_many` (one round trip, one transaction, one read of the failover guard) decides every request of a batch; `batch=call-per-flag` sends the same batches as one `CALL leadership_acquire` per request (one round trip and one commit each); `batch=statements` is statement mode (`WithoutRoutines`), where a batch is one transaction of four statements per request. ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.")
+		p("")
+		p("```")
+		p("%s", r.mysqlBench)
 		p("```")
 		p("")
 	}

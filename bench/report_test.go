@@ -33,6 +33,7 @@ func fixedReport(quick bool) *report {
 		rootBench:     "BenchmarkX 1 ns/op",
 		sqliteBench:   "BenchmarkY 2 ns/op",
 		postgresBench: "BenchmarkZ 3 ns/op",
+		mysqlBench:    "BenchmarkW 4 ns/op",
 		crash: []result{
 			{db: "postgres", impl: "ours", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms, 1601 * ms}},
 			{db: "postgres", impl: "peer", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms}, err: boom},
@@ -56,7 +57,7 @@ func fixedReport(quick bool) *report {
 		timeline: &timelineRun{db: "postgres", lease: 2 * time.Second, notes: []string{"t1"}},
 	}
 	if quick {
-		r.rootBench, r.sqliteBench, r.postgresBench, r.timeline = "", "", "", nil
+		r.rootBench, r.sqliteBench, r.postgresBench, r.mysqlBench, r.timeline = "", "", "", "", nil
 		r.scale, r.scaleErr = r.scale[:1], nil
 	}
 	return r

@@ -3,6 +3,9 @@ package mysql
 import (
 	"context"
 	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // WatchStatements is the number of statements the store's watcher has
@@ -20,4 +23,21 @@ func (s *Store) WaitOnceOnBell(ctx context.Context, holder string, id int64) err
 	w := watcher{s: s, owners: map[string]int64{holder: id}, silent: map[string]time.Time{}, pause: map[string]time.Duration{}}
 	defer w.close()
 	return w.wait(ctx, id)
+}
+
+// BatchStats reports how many batches and statements the store has sent.
+func (s *Store) BatchStats() (batches, statements int64) {
+	batches, statements, _ = s.batch.Stats()
+	return batches, statements
+}
+
+// SetCallPerFlag makes the store send a batch as one CALL of
+// leadership_acquire per request, as before leadership_acquire_many.
+func (s *Store) SetCallPerFlag(on bool) { s.callPerFlag = on }
+
+// AcquireTogether sends reqs as one batch, as the batcher sends requests
+// that queued together (sorted by name), and returns their results in
+// reqs' order.
+func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
+	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
 }

@@ -47,8 +47,8 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if s.noRoutines {
 		return nil
 	}
-	if err := s.ensureRoutine(ctx); err != nil {
-		return s.describeMigrate("create the procedure leadership_acquire", err)
+	if err := s.ensureRoutines(ctx); err != nil {
+		return s.describeMigrate("create the procedures", err)
 	}
 	return nil
 }
@@ -84,31 +84,40 @@ func (s *Store) describeMigrate(what string, err error) error {
 
 var errNumberRE = regexp.MustCompile(`\bError (\d{4})\b`)
 
-// ensureRoutine creates the procedure when the migrations are applied but
-// it is missing: the database was migrated in statement mode, whose
-// migrations skip routines (see statementFS). Two processes may create it
-// at once; the one that finds it created by the other is content.
-func (s *Store) ensureRoutine(ctx context.Context) error {
-	var n int
-	if err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.routines
-WHERE routine_schema = DATABASE() AND routine_name = 'leadership_acquire'`).Scan(&n)
-	}); err != nil || n > 0 {
-		return err
-	}
-	body, err := migrations.FS.ReadFile(routineMigration)
-	if err != nil {
-		return err
-	}
-	if _, err := s.db.ExecContext(ctx, string(body)); err != nil && number(err) != errSPAlreadyExists {
-		return err
+// ensureRoutines creates the procedures that are missing when the
+// migrations are applied: the database was migrated in statement mode,
+// whose migrations skip routines (see statementFS). Two processes may
+// create one at once; the one that finds it created by the other is
+// content.
+func (s *Store) ensureRoutines(ctx context.Context) error {
+	for _, r := range routines {
+		var n int
+		if err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+			return tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
+		}); err != nil {
+			return fmt.Errorf("look for the procedure %s: %w", r.name, err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrations.FS.ReadFile(r.migration)
+		if err != nil {
+			return err
+		}
+		if _, err := s.db.ExecContext(ctx, string(body)); err != nil && number(err) != errSPAlreadyExists {
+			return fmt.Errorf("create the procedure %s: %w", r.name, err)
+		}
 	}
 	return nil
 }
 
-// routineMigration is the migration that creates the procedure Acquire
-// calls in routine mode, the newest one.
-const routineMigration = "mysql/0009_create_guarded_acquire.up.sql"
+// routines are the procedures of routine mode and the newest migration
+// that creates each.
+var routines = []struct{ name, migration string }{
+	{"leadership_acquire", "mysql/0009_create_guarded_acquire.up.sql"},    // Acquire alone
+	{"leadership_acquire_many", "mysql/0012_create_batch_acquire.up.sql"}, // a batch (batch.go)
+}
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
 

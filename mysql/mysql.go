@@ -25,6 +25,28 @@
 // UTC_TIMESTAMP(6) inside the statement, which starts after the client
 // sent it: the ordering the flag's trust window relies on.
 //
+// # Batches
+//
+// Attempts of several flags of one Store that are due while another is on
+// its way travel together, and the holders of a store's flags renew at
+// ticks they share ([Store.MaxAcquireBatch]), so their renewals are due
+// together. In routine mode a batch of up to 512 is one CALL
+// leadership_acquire_many(…) (migration 0012): the requests as a JSON
+// array, decided one after the other in one transaction, each by the
+// rules of leadership_acquire, with one clock reading and one read of the
+// failover guard for all of them; the results come back as one JSON
+// array, once the transaction has committed. So the cost per flag of many
+// flags is the work of one upsert, not a round trip and a commit
+// (BENCHMARKS.md §6). A hold the guard starts lasts the longest lease of
+// the batch. A batch of one is CALL leadership_acquire alone. Where
+// leadership_acquire_many is missing (a schema migrated by an
+// administrator with an earlier release) or the user may not execute it
+// (EXECUTE granted on leadership_acquire alone), the store sends a batch as
+// one CALL of leadership_acquire per request and tries the new procedure
+// again a minute later. In statement mode a batch is one transaction: the
+// statements of each request in turn, between one START TRANSACTION and
+// one COMMIT.
+//
 // # DSN
 //
 // The store needs no DSN parameter: it reads no DATETIME column, so
@@ -128,8 +150,8 @@
 // # Schema and privileges
 //
 // The tables leadership_flags, leadership_guard (one record) and
-// leadership_incarnation (MEMORY), the procedure leadership_acquire
-// (routine mode only) and golang-migrate's version table
+// leadership_incarnation (MEMORY), the procedures leadership_acquire and
+// leadership_acquire_many (routine mode only) and golang-migrate's version table
 // leadership_schema_migrations live in the connection's database. In
 // routine mode [Store.Migrate] needs CREATE, ALTER ROUTINE and CREATE
 // ROUTINE there (and INSERT, for the guard's record); in statement mode
@@ -138,8 +160,9 @@
 // both modes, SELECT, INSERT, UPDATE on leadership_flags, SELECT, UPDATE
 // on leadership_guard, SELECT, INSERT on leadership_incarnation and
 // SELECT on leadership_schema_migrations, and in routine mode EXECUTE on
-// the procedure (tested in statement mode with exactly these grants).
-// Errors from a server that refuses the procedure (1418, 1419, 1227 and
+// the procedures (tested in statement mode with exactly these grants;
+// without EXECUTE on leadership_acquire_many, batches are one CALL per
+// flag). Errors from a server that refuses the procedure (1418, 1419, 1227 and
 // other denials) name the privilege, log_bin_trust_function_creators, and
 // statement mode. The procedure runs with the caller's privileges (SQL
 // SECURITY INVOKER). Schema versions 4 and 9 drop and re-create the
@@ -259,6 +282,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/notify"
 	"github.com/dbflag/leadership/internal/schema"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Store is the MySQL/MariaDB store. It is safe for concurrent use; create
@@ -269,9 +293,19 @@ type Store struct {
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
 
-	mu      sync.Mutex
-	acquire *sql.Stmt // the CALL of Acquire, prepared at its first use
-	stmts   prepared  // statement mode: prepared at their first use
+	batch *sqlstore.Batcher // batch.go
+	// manyMissingUntil (Unix nanoseconds): until then, batches are sent
+	// one CALL per request, leadership_acquire_many having been found
+	// missing or not executable.
+	manyMissingUntil atomic.Int64
+	// callPerFlag sends every batch one CALL per request (a test hook,
+	// for the benchmark's comparison).
+	callPerFlag bool
+
+	mu              sync.Mutex
+	acquireStmt     *sql.Stmt // CALL leadership_acquire, prepared at its first use
+	acquireManyStmt *sql.Stmt // CALL leadership_acquire_many, likewise
+	stmts           prepared  // statement mode: prepared at their first use
 
 	// The cross-process release hint (bell.go, watch.go), under pmu.
 	ctx       context.Context // ends at Close
@@ -335,6 +369,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{db: db}
+	s.batch = s.newBatcher()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)

@@ -119,23 +119,34 @@ func (q statementQuery) bind(values map[string]any) []any {
 // incarnation of the server, so that one is inserted outside it.
 var errNoIncarnation = errors.New("the server has no incarnation yet")
 
-// acquireStatements is Acquire in statement mode: the guard read, the
-// guard's update when needed, the upsert and the read of its outcome in a
-// transaction of their own, committed before the reply is trusted (START
-// TRANSACTION starts one whatever the session's autocommit). The first
-// attempt after the server started finds no incarnation: it rolls back
-// (it wrote nothing), inserts one in a transaction of its own and starts
-// over.
-func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, leaseMicros int64) (leadership.Result, error) {
+// acquireStatements is statement mode: for each request of batch, in
+// order, the guard read, the guard's update when needed, the upsert and
+// the read of its outcome, all in one transaction, committed before the
+// results are trusted (START TRANSACTION starts one whatever the session's
+// autocommit). Each request's guard read sees the writes of those before
+// it; each asks the guard for the longest lease of the batch, so that a
+// hold started by any of them lasts at least as long as any request alone
+// would have started (as leadership_acquire_many does). The first attempt
+// after the server started finds no incarnation: it rolls back (it wrote
+// nothing), inserts one in a transaction of its own and starts over.
+func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
 	st, err := s.statements(ctx)
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
+		return err
 	}
-	var res leadership.Result
-	err = sqlstore.RetryOnce(ctx, transient, func() error {
+	var guardLease int64 // the batch's longest, as leadership_acquire_many's
+	for _, p := range batch {
+		guardLease = max(guardLease, leaseMicros(p.Req))
+	}
+	return sqlstore.RetryOnce(ctx, transient, func() error {
 		for range 2 {
 			err := s.inTx(ctx, false, func(tx *sql.Tx) error {
-				return acquireInTx(ctx, tx, st, req, leaseMicros, &res)
+				for i, p := range batch {
+					if err := acquireInTx(ctx, tx, st, p.Req, guardLease, &results[i]); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 			if !errors.Is(err, errNoIncarnation) {
 				return err
@@ -149,16 +160,13 @@ func (s *Store) acquireStatements(ctx context.Context, req leadership.Request, l
 		}
 		return errors.New("the server's incarnation vanished just after it was inserted: is leadership_incarnation a MEMORY table?")
 	})
-	if err != nil {
-		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
-	}
-	return res, nil
 }
 
-// acquireInTx is one attempt of statement mode in tx. It returns
-// errNoIncarnation, having written nothing, when the server has no
-// incarnation yet.
-func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.Request, leaseMicros int64, res *leadership.Result) error {
+// acquireInTx is one attempt of statement mode in tx, asking the guard
+// for the lease guardLease (at least req's). It returns errNoIncarnation,
+// having written nothing, when the server has no incarnation yet.
+func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.Request, guardLease int64, res *leadership.Result) error {
+	lease := leaseMicros(req)
 	*res = leadership.Result{Record: leadership.Record{Name: req.Name}}
 	var (
 		now, hold, floor, maxLease int64
@@ -177,12 +185,12 @@ func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.R
 		return errNoIncarnation
 	}
 	if string(recorded) != string(current) && len(recorded) > 0 { // rule 1: a new incarnation
-		hold = max(hold, now+max(maxLease, leaseMicros))
+		hold = max(hold, now+max(maxLease, guardLease))
 		floor = max(floor, now)
 	}
-	if string(recorded) != string(current) || maxLease < leaseMicros {
+	if string(recorded) != string(current) || maxLease < guardLease {
 		if _, err := tx.ExecContext(ctx, guardUpdate.sql, guardUpdate.bind(map[string]any{
-			"incarnation": current, "at": now, "lease": leaseMicros})...); err != nil {
+			"incarnation": current, "at": now, "lease": guardLease})...); err != nil {
 			return err
 		}
 	}
@@ -192,7 +200,7 @@ func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.R
 		return nil
 	}
 	if _, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, upsert.bind(map[string]any{
-		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": leaseMicros, "held": held, "floor": floor})...); err != nil {
+		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": lease, "held": held, "floor": floor})...); err != nil {
 		return err
 	}
 	// A loser reports the clock of the guard read, the instant its
@@ -222,18 +230,12 @@ type prepared struct{ guardRead, upsert, readRow *sql.Stmt }
 // connection, and Tx.StmtContext reuses the connection's. The guard's
 // update and the incarnation's insert are rare and not prepared.
 func (s *Store) statements(ctx context.Context) (*prepared, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
 	}{{&s.stmts.guardRead, guardRead.sql}, {&s.stmts.upsert, upsert.sql}, {&s.stmts.readRow, readRow.sql}} {
-		if *p.stmt == nil {
-			stmt, err := s.db.PrepareContext(ctx, p.sql)
-			if err != nil {
-				return nil, err
-			}
-			*p.stmt = stmt
+		if _, err := s.prepare(ctx, p.stmt, p.sql); err != nil {
+			return nil, err
 		}
 	}
 	return &s.stmts, nil

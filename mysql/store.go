@@ -13,41 +13,34 @@ import (
 // independent of the session time zone.
 const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
-// Acquire implements [leadership.Store.Acquire].
+// Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
+// Store share round trips and commits (see batch.go).
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
-	res, err := s.acquireOnce(ctx, req)
+	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	res, err := s.batch.Acquire(ctx, req)
 	if err == nil {
 		s.observe(req, res)
 	}
 	return res, err
 }
 
-// acquireOnce is one attempt of Acquire, in either mode.
-func (s *Store) acquireOnce(ctx context.Context, req leadership.Request) (leadership.Result, error) {
-	if err := req.Validate(); err != nil {
-		return leadership.Result{}, err
-	}
-	micros := (req.Lease + time.Microsecond - 1).Microseconds() // round up: never shorter than asked
-	if s.noRoutines {
-		return s.acquireStatements(ctx, req, micros)
-	}
-	stmt, err := s.acquireStmt(ctx)
+// acquireCall is one CALL of leadership_acquire, retried once on a
+// transient error.
+func (s *Store) acquireCall(ctx context.Context, req leadership.Request, res *leadership.Result) error {
+	stmt, err := s.prepare(ctx, &s.acquireStmt, `CALL leadership_acquire(?, ?, ?, ?)`)
 	if err != nil {
-		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
+		return err
 	}
-	var res leadership.Result
-	err = sqlstore.RetryOnce(ctx, transient, func() error {
-		res = leadership.Result{Record: leadership.Record{Name: req.Name}}
-		rows, err := stmt.QueryContext(ctx, req.Name, req.Holder, req.Version, micros)
+	return sqlstore.RetryOnce(ctx, transient, func() error {
+		*res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+		rows, err := stmt.QueryContext(ctx, req.Name, req.Holder, req.Version, leaseMicros(req))
 		if err != nil {
 			return err
 		}
-		return scanAcquired(rows, &res)
+		return scanAcquired(rows, res)
 	})
-	if err != nil {
-		return leadership.Result{}, describe("acquire "+sqlstore.Quote(req.Name), err)
-	}
-	return res, nil
 }
 
 // scanAcquired reads the row the procedure returns into res, and closes
@@ -83,23 +76,23 @@ func scanAcquired(rows *sql.Rows, res *leadership.Result) error {
 	return rows.Close()
 }
 
-// acquireStmt returns the CALL of Acquire, prepared once for the store.
-// database/sql then prepares it once per connection and reuses it, so an
-// attempt is one round trip whatever the DSN says; a query with arguments
-// would otherwise be prepared, executed and closed at every attempt unless
-// the DSN sets interpolateParams. A failed preparation is retried at the
-// next attempt.
-func (s *Store) acquireStmt(ctx context.Context) (*sql.Stmt, error) {
+// prepare returns the statement *stmt, prepared from query at its first
+// use and kept for the store. database/sql then prepares it once per
+// connection and reuses it, so an attempt is one round trip whatever the
+// DSN says; a query with arguments would otherwise be prepared, executed
+// and closed at every attempt unless the DSN sets interpolateParams. A
+// failed preparation is tried again at the next use.
+func (s *Store) prepare(ctx context.Context, stmt **sql.Stmt, query string) (*sql.Stmt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.acquire == nil {
-		stmt, err := s.db.PrepareContext(ctx, `CALL leadership_acquire(?, ?, ?, ?)`)
+	if *stmt == nil {
+		prepared, err := s.db.PrepareContext(ctx, query)
 		if err != nil {
 			return nil, err
 		}
-		s.acquire = stmt
+		*stmt = prepared
 	}
-	return s.acquire, nil
+	return *stmt, nil
 }
 
 // Release implements [leadership.Store.Release].

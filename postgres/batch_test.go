@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/internal/testdb"
-	"github.com/dbflag/leadership/postgres"
 )
 
 // TestBatchedAttemptsKeepEveryRule sends the attempts of many flags of two
@@ -38,82 +38,7 @@ func checkBatchedAttempts(t *testing.T, dsn string) {
 	if err := a.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	const n = 400
-	names := make([]string, n)
-	prefix := randomHex()
-	for i := range names {
-		names[i] = fmt.Sprintf("batch-%s-%03d", prefix, i)
-	}
-	burst := func(s *postgres.Store, holder string, version func(i int) int64, lease time.Duration) []leadership.Result {
-		t.Helper()
-		out := make([]leadership.Result, n)
-		var wg sync.WaitGroup
-		for i := range names {
-			wg.Go(func() {
-				res, err := s.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Version: version(i), Lease: lease})
-				if err != nil {
-					t.Errorf("acquire %s: %v", names[i], err)
-				}
-				out[i] = res
-			})
-		}
-		wg.Wait()
-		return out
-	}
-	zero := func(int) int64 { return 0 }
-	// Long leases until the renewal, which shortens them: a burst of 400
-	// attempts may take longer than a short lease on a loaded machine,
-	// and b's attempts must find every term unexpired.
-	const long, short = time.Minute, 300 * time.Millisecond
-	for i, res := range burst(a, "a", zero, long) {
-		if !res.Acquired || res.Version != 1 || res.Holder != "a" {
-			t.Fatalf("first acquisition of %s = %+v, want a at version 1", names[i], res)
-		}
-	}
-	for i, res := range burst(b, "b", zero, long) {
-		if res.Acquired || res.Holder != "a" || res.Version != 1 || !res.ExpiresAt.After(res.Now) {
-			t.Fatalf("attempt of another process on %s = %+v, want lost to a, version 1, unexpired", names[i], res)
-		}
-	}
-	first := burst(a, "a", func(int) int64 { return 1 }, short)
-	for i, res := range first {
-		if !res.Acquired || res.Version != 1 {
-			t.Fatalf("renewal of %s = %+v, want renewed at version 1", names[i], res)
-		}
-	}
-	time.Sleep(2 * short) // every renewed term has expired
-	// Two requests per name at once on one store: one wins.
-	var wg sync.WaitGroup
-	results := make([][2]leadership.Result, n)
-	for i := range names {
-		for j, holder := range []string{"b1", "b2"} {
-			wg.Go(func() {
-				res, err := b.Acquire(context.Background(), leadership.Request{Name: names[i], Holder: holder, Lease: time.Minute})
-				if err != nil {
-					t.Errorf("takeover of %s: %v", names[i], err)
-				}
-				results[i][j] = res
-			})
-		}
-	}
-	wg.Wait()
-	for i, r := range results {
-		if r[0].Acquired == r[1].Acquired {
-			t.Fatalf("takeover of %s by two requests of one store: %+v and %+v, want exactly one winner", names[i], r[0], r[1])
-		}
-		won := r[0]
-		if r[1].Acquired {
-			won = r[1]
-		}
-		if won.Version != 2 {
-			t.Fatalf("takeover of %s at version %d, want 2", names[i], won.Version)
-		}
-	}
-	batches, statements := b.BatchStats()
-	if batches >= statements {
-		t.Fatalf("store b sent %d statements in %d batches: the bursts were never batched", statements, batches)
-	}
-	t.Logf("store b: %d statements in %d batches", statements, batches)
+	batchtest.CheckRules(t, a, b, "batch-"+randomHex(), b.BatchStats)
 }
 
 // TestLoneAttemptSkipsTheHop checks that an attempt that finds nothing in
@@ -214,31 +139,8 @@ func TestOneStatementDecidesNamesThatNeedQuotingThroughPgBouncer(t *testing.T) {
 func checkNamesThatNeedQuoting(t *testing.T, dsn, prefix string) {
 	t.Helper()
 	s := newStore(t, newPool(t, dsn))
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var reqs []leadership.Request
-	for _, n := range []string{`quote"d`, `back\slash`, `{braces}`, `a,b`, `with space`, `NULL`, `it's`, "line\u2028para\u2029", "emoji 🚩", `\"`, `"`} {
-		reqs = append(reqs, leadership.Request{Name: prefix + n, Holder: "h", Lease: time.Minute})
-	}
-	first, err := s.AcquireTogether(ctx, reqs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, res := range first {
-		if !res.Acquired || res.Name != reqs[i].Name {
-			t.Fatalf("first acquisition of %q = %+v, want acquired", reqs[i].Name, res)
-		}
-		reqs[i].Version = res.Version
-	}
-	renewed, err := s.AcquireTogether(ctx, reqs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, res := range renewed {
-		if !res.Acquired || res.Version != reqs[i].Version {
-			t.Errorf("renewal of %q in one statement = %+v, want its term %d renewed", reqs[i].Name, res, reqs[i].Version)
-		}
-	}
+	batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, prefix)
 }

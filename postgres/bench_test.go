@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -65,18 +64,5 @@ func benchmarkRenewals(b *testing.B, s *postgres.Store, prefix string) {
 	if err := s.Migrate(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	names := make([]string, 512)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
-	}
-	terms := batchtest.AcquireAll(b, s, names)
-	batches0, statements0 := s.BatchStats()
-	rounds := 0
-	for b.Loop() {
-		rounds++
-		batchtest.RenewAll(b, s, names, terms, 1)
-	}
-	batches, statements := s.BatchStats()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rounds*len(names)), "ns/renewal")
-	b.ReportMetric(float64(statements-statements0)/float64(batches-batches0), "renewals/batch")
+	batchtest.BenchmarkRenewals(b, s, prefix, s.BatchStats)
 }

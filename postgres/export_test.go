@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"slices"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -29,19 +28,5 @@ func (s *Store) SetStatementPerFlag(on bool) { s.statementPerFlag = on }
 // that queued together (sorted by name, runs of distinct names sent as
 // one statement each), and returns their results in reqs' order.
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
-	batch := make([]*sqlstore.Pending, len(reqs))
-	for i, r := range reqs {
-		batch[i] = &sqlstore.Pending{Ctx: ctx, Req: r}
-	}
-	sorted := slices.Clone(batch)
-	sqlstore.SortByName(sorted)
-	results, err := s.sendBatch(ctx, sorted)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]leadership.Result, len(reqs))
-	for i, p := range sorted {
-		out[slices.Index(batch, p)] = results[i]
-	}
-	return out, nil
+	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/postgres"
 	"github.com/dbflag/leadership/storetest"
@@ -214,66 +215,8 @@ func TestGuardRulesHoldForFlagsDecidedInOneStatement(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
 	s := newStore(t, pool)
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	const lease, longer = time.Second, 3 * time.Second
-	together := func(reqs ...leadership.Request) []leadership.Result {
-		t.Helper()
-		res, err := s.AcquireTogether(ctx, reqs...)
-		if err != nil {
-			t.Fatalf("acquire together: %v", err)
-		}
-		return res
-	}
-	first := together(
-		leadership.Request{Name: "live", Holder: "a", Lease: lease},
-		leadership.Request{Name: "freed", Holder: "b", Lease: lease},
-		leadership.Request{Name: "freed", Holder: "b2", Lease: lease}, // the same name again: loses to b
-	)
-	if !first[0].Acquired || first[0].Version != 1 || !first[1].Acquired || first[1].Version != 1 {
-		t.Fatalf("first acquisitions on a fresh schema = %+v, want both at version 1", first)
-	}
-	if first[2].Acquired || first[2].Holder != "b" {
-		t.Fatalf("a second request for a name in the same batch = %+v, want lost to b", first[2])
-	}
-	if ok, err := s.Release(ctx, "freed", "b", 1); err != nil || !ok {
-		t.Fatalf("release = %v, %v", ok, err)
-	}
-
-	newIncarnation(t, pool)
-	after := together(
-		leadership.Request{Name: "live", Holder: "a", Version: 1, Lease: lease},
-		leadership.Request{Name: "freed", Holder: "c", Lease: lease},
-		leadership.Request{Name: "new-name", Holder: "c", Lease: longer},
-	)
-	if !after[0].Acquired || after[0].Version != 1 {
-		t.Fatalf("renewal by the live holder after a new incarnation = %+v, want renewed at once, version 1", after[0])
-	}
-	until, now, err := s.QuarantinedUntil(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hold := until.Sub(now); hold < longer-lease/2 || hold > longer {
-		t.Fatalf("hold after a new incarnation ends in %v, want about the longest lease of the statement (%v)", hold, longer)
-	}
-	for _, res := range after[1:] {
-		if res.Acquired {
-			t.Fatalf("acquisition of %s during the hold = %+v, want refused", res.Name, res)
-		}
-		if res.ExpiresAt.Before(until) {
-			t.Errorf("a loser of %s was told the flag frees at %v, before the hold ends at %v", res.Name, res.ExpiresAt, until)
-		}
-	}
-	floor := after[0].Now.UnixMicro()
-	time.Sleep(until.Sub(now) + 50*time.Millisecond)
-	for _, res := range together(
-		leadership.Request{Name: "freed", Holder: "c", Lease: lease},
-		leadership.Request{Name: "new-name", Holder: "c", Lease: lease},
-	) {
-		if !res.Acquired || res.Version < floor {
-			t.Fatalf("acquisition of %s after the hold = %+v, want a version at or above the floor %d", res.Name, res, floor)
-		}
-	}
+	batchtest.CheckGuardRules(t, s, s.AcquireTogether, func() { newIncarnation(t, pool) })
 }

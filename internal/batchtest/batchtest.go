@@ -1,7 +1,8 @@
 // Package batchtest has the helpers that the tests and benchmarks of the
-// stores that batch (postgres, sqlite) share: many flags of one Store
-// acquired, then renewed all at once so that their renewals travel in
-// batches.
+// stores that batch (postgres, mysql, sqlite) share: many flags of one
+// Store acquired, then renewed all at once so that their renewals travel
+// in batches; the contract's rules, the failover guard's rules and names
+// that need quoting, checked on requests sent as one batch.
 package batchtest
 
 import (
@@ -61,4 +62,25 @@ func RenewAll(t testing.TB, s leadership.Store, names []string, terms []leadersh
 			}
 		}
 	}
+}
+
+// BenchmarkRenewals has s, a migrated store, acquire 512 flags named
+// prefix-NNN, then renews them all at once at each round of b.Loop, and
+// reports ns/renewal (the wall time per renewal) and renewals/batch (the
+// mean batch size, from stats: the store's batches and statements sent).
+func BenchmarkRenewals(b *testing.B, s leadership.Store, prefix string, stats func() (batches, statements int64)) {
+	names := make([]string, 512)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
+	}
+	terms := AcquireAll(b, s, names)
+	batches0, statements0 := stats()
+	rounds := 0
+	for b.Loop() {
+		rounds++
+		RenewAll(b, s, names, terms, 1)
+	}
+	batches, statements := stats()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rounds*len(names)), "ns/renewal")
+	b.ReportMetric(float64(statements-statements0)/float64(batches-batches0), "renewals/batch")
 }

@@ -125,7 +125,7 @@ func TestOpenMySQLRoutinesParam(t *testing.T) {
 	}
 	defer admin.Close()
 	ctx := context.Background()
-	for param, procedures := range map[string]int{"?routines=false": 0, "": 1} {
+	for param, procedures := range map[string]int{"?routines=false": 0, "": 2} { // leadership_acquire and leadership_acquire_many
 		c := testdb.FreshMySQL(t)
 		dsn, err := storeopen.MySQLURL(c.FormatDSN())
 		if err != nil {

@@ -1,0 +1,148 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/mysql"
+)
+
+// TestBatchedAttemptsKeepEveryRule sends the attempts of many flags of two
+// stores at once, so that they travel in batches (one CALL of
+// leadership_acquire_many in routine mode, one transaction in statement
+// mode), and checks every rule of the contract per row.
+func TestBatchedAttemptsKeepEveryRule(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		a, b := newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)
+		if err := a.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		batchtest.CheckRules(t, a, b, "batch", b.BatchStats)
+	})
+}
+
+// TestGuardRulesHoldForFlagsDecidedInOneBatch walks the failover guard's
+// rules with the requests of many flags in one batch, read and written
+// once for all of them.
+func TestGuardRulesHoldForFlagsDecidedInOneBatch(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, db, _ := guarded(t, opts...)
+		batchtest.CheckGuardRules(t, s, s.AcquireTogether, func() { newIncarnation(t, db) })
+	})
+}
+
+// TestOneBatchDecidesNamesThatNeedQuoting sends names and holders that
+// need quoting in JSON or SQL through one batch, both ways.
+func TestOneBatchDecidesNamesThatNeedQuoting(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, _, _ := guarded(t, opts...)
+		batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, "")
+	})
+}
+
+// TestABatchIsOneRoundTrip checks, on a session of its own, that a batch
+// of renewals is one statement sent by the client in routine mode, and
+// prepares nothing once the connection has it.
+func TestABatchIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	db.SetMaxOpenConns(1) // one session: the counters below are the store's
+	s := newStore(t, db)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]leadership.Request, 50)
+	for i := range reqs {
+		reqs[i] = leadership.Request{Name: fmt.Sprintf("flag-%02d", i), Holder: "a", Lease: time.Minute}
+	}
+	renew := func() {
+		t.Helper()
+		results, err := s.AcquireTogether(ctx, reqs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, res := range results {
+			if !res.Acquired {
+				t.Fatalf("%s = %+v, want acquired", reqs[i].Name, res)
+			}
+			reqs[i].Version = res.Version
+		}
+	}
+	renew()
+	const batches = 10
+	before := sessionStatus(t, db)
+	for range batches {
+		renew()
+	}
+	after := sessionStatus(t, db)
+	if d := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]; d != 0 {
+		t.Errorf("%d batches prepared %d statements, want none", batches, d)
+	}
+	// Questions also counts the SHOW STATUS that read the second figures.
+	if d := after["Questions"] - before["Questions"] - 1; d != batches {
+		t.Errorf("%d batches of %d renewals sent %d statements, want one each", batches, len(reqs), d)
+	}
+}
+
+// TestBatchesWorkWithoutTheBatchProcedure drops leadership_acquire_many,
+// as on a database an administrator migrated with an earlier release: a
+// batch is then sent one CALL of leadership_acquire per request, with the
+// same results.
+func TestBatchesWorkWithoutTheBatchProcedure(t *testing.T) {
+	t.Parallel()
+	s, db, _ := guarded(t)
+	if _, err := db.Exec(`DROP PROCEDURE leadership_acquire_many`); err != nil {
+		t.Fatal(err)
+	}
+	batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, "")
+}
+
+// TestBatchesWorkWithExecuteOnTheSingleProcedureOnly runs, on a server of
+// the test's own, an application user with EXECUTE granted on
+// leadership_acquire by name but not on leadership_acquire_many (grants
+// made before schema version 12): a batch is then sent one CALL of
+// leadership_acquire per request, with the same results.
+func TestBatchesWorkWithExecuteOnTheSingleProcedureOnly(t *testing.T) {
+	t.Parallel()
+	srv := testdb.StartMariaDB(t)
+	root := srv.NewDatabase(t, "oneexec")
+	if err := newStore(t, openDB(t, root)).Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := driver.ParseDSN(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, user := cfg.DBName, cfg.DBName+"_a"
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
+		"GRANT SELECT, INSERT, UPDATE ON `" + db + "`.leadership_flags TO '" + user + "'@'127.0.0.1'",
+		"GRANT SELECT ON `" + db + "`.leadership_schema_migrations TO '" + user + "'@'127.0.0.1'",
+		"GRANT SELECT, UPDATE ON `" + db + "`.leadership_guard TO '" + user + "'@'127.0.0.1'",
+		"GRANT SELECT, INSERT ON `" + db + "`.leadership_incarnation TO '" + user + "'@'127.0.0.1'",
+		"GRANT EXECUTE ON PROCEDURE `" + db + "`.leadership_acquire TO '" + user + "'@'127.0.0.1'",
+	} {
+		if _, err := srv.Root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cfg.User, cfg.Passwd = user, "secret"
+	s := newStore(t, openDB(t, cfg.FormatDSN()))
+	if _, err := s.AcquireTogether(context.Background(), leadership.Request{Name: "probe", Holder: "h", Lease: time.Minute},
+		leadership.Request{Name: "probe-2", Holder: "h", Lease: time.Minute}); err != nil {
+		t.Fatalf("a batch without EXECUTE on leadership_acquire_many: %v", err)
+	}
+	batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, "")
+}
