@@ -146,3 +146,26 @@ func TestBatchesWorkWithExecuteOnTheSingleProcedureOnly(t *testing.T) {
 	}
 	batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, "")
 }
+
+// TestBatchesOfEverySizeReturnEveryResult sends batches around the sizes
+// at which leadership_acquire_many appends its chunk of results (every 32
+// requests), up to the largest batch: each request gets its own result.
+func TestBatchesOfEverySizeReturnEveryResult(t *testing.T) {
+	t.Parallel()
+	s, _, _ := guarded(t)
+	for _, n := range []int{2, 31, 32, 33, 64, 65, 512} {
+		reqs := make([]leadership.Request, n)
+		for i := range reqs {
+			reqs[i] = leadership.Request{Name: fmt.Sprintf("size-%d-%03d", n, i), Holder: fmt.Sprintf("h%d", i), Lease: time.Minute}
+		}
+		results, err := s.AcquireTogether(context.Background(), reqs...)
+		if err != nil {
+			t.Fatalf("a batch of %d: %v", n, err)
+		}
+		for i, res := range results {
+			if !res.Acquired || res.Name != reqs[i].Name || res.Holder != reqs[i].Holder || res.Version != 1 {
+				t.Fatalf("request %d of a batch of %d = %+v, want %s acquired by %s at version 1", i, n, res, reqs[i].Name, reqs[i].Holder)
+			}
+		}
+	}
+}

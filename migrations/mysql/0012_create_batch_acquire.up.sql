@@ -18,7 +18,10 @@
 -- The result is one row: now, hold_until, and results, a JSON array with
 -- one element per request in p_requests' order, [acquired (1 or 0),
 -- holder, version, renewed_at, expires_at], built as text (appending to a
--- JSON value would parse it again at each request).
+-- JSON value would parse it again at each request), 32 elements at a time
+-- into a chunk that is then appended to the whole (appending each element
+-- to the whole copies it again each time: measured on MariaDB 10.11, 512
+-- renewals took 18 ms that way, 14 ms in chunks, 12 ms building nothing).
 CREATE PROCEDURE leadership_acquire_many(IN p_requests LONGTEXT CHARACTER SET utf8mb4)
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
@@ -31,7 +34,8 @@ BEGIN
     DECLARE r_version, r_lease BIGINT DEFAULT 0;
     DECLARE v_holder VARCHAR(255) CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_version, v_renewed, v_expires BIGINT DEFAULT 0;
-    DECLARE v_results LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_results, v_chunk LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_count INT DEFAULT 0;
     DECLARE requests CURSOR FOR
         SELECT r.name, r.holder, r.version, r.lease_us
         FROM JSON_TABLE(p_requests, '$[*]' COLUMNS (
@@ -112,10 +116,13 @@ BEGIN
                 END IF;
             END IF;
         END IF;
-        SET v_results = CONCAT(v_results, IF(v_results = '', '', ','),
-                               JSON_ARRAY(IF(v_won, 1, 0), v_holder, v_version, v_renewed, v_expires));
+        SET v_chunk = CONCAT(v_chunk, ',', JSON_ARRAY(IF(v_won, 1, 0), v_holder, v_version, v_renewed, v_expires)),
+            v_count = v_count + 1;
+        IF MOD(v_count, 32) = 0 THEN
+            SET v_results = CONCAT(v_results, v_chunk), v_chunk = '';
+        END IF;
     END LOOP;
     CLOSE requests;
     COMMIT AND NO CHAIN NO RELEASE;
-    SELECT v_now AS now, v_hold AS hold_until, CONCAT('[', v_results, ']') AS results;
+    SELECT v_now AS now, v_hold AS hold_until, CONCAT('[', SUBSTRING(CONCAT(v_results, v_chunk), 2), ']') AS results;
 END
