@@ -13,7 +13,7 @@
 //
 // A background goroutine per flag acquires the row, renews it at most
 // RenewInterval apart while it holds it (on a store that batches,
-// postgres and sqlite, at ticks shared by the flags of the Store, in
+// postgres, mysql and sqlite, at ticks shared by the flags of the Store, in
 // groups of half a batch, so that their renewals travel together), and
 // otherwise schedules its next attempt for the holder's expiry. [Flag.Raised] is one atomic load and one read of
 // the monotonic clock.

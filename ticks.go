@@ -7,12 +7,13 @@ import (
 )
 
 // Renewal ticks. On a store that sends the Acquires due together in
-// batches (an acquireBatcher: package postgres), a holder renews at the
-// next tick strictly after each successful attempt, on a grid of period
-// RenewInterval whose origin is shared by the flags of that Store in this
-// process. The holders of flags of one Store with one RenewInterval are
-// then due at the same instants and the store renews them in a few round
-// trips per RenewInterval instead of one per flag.
+// batches (an acquireBatcher: packages postgres, mysql and sqlite), a
+// holder renews at the next tick strictly after each successful attempt,
+// on a grid of period RenewInterval whose origin is shared by the flags
+// of that Store in this process. The holders of flags of one Store with
+// one RenewInterval are then due at the same instants and the store
+// renews them in a few round trips per RenewInterval instead of one per
+// flag.
 //
 // A burst of every flag of a large store at one instant would queue most
 // of them behind several batches, and their wait counts against Timeout.
