@@ -46,7 +46,7 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 	}
 	defer conn.Close()
 	if len(batch) == 1 {
-		res, err := s.acquireOn(ctx, conn, batch[0].Req)
+		res, err := s.acquireOn(ctx, conn.Conn, batch[0].Req)
 		return []leadership.Result{res}, err
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
@@ -54,13 +54,13 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 	}
 	results := make([]leadership.Result, len(batch))
 	for i, p := range batch {
-		if results[i], err = s.acquireOn(ctx, conn, p.Req); err != nil {
-			rollback(conn)
+		if results[i], err = s.acquireOn(ctx, conn.Conn, p.Req); err != nil {
+			rollback(conn.Conn)
 			return nil, err
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		rollback(conn)
+		rollback(conn.Conn)
 		return nil, fmt.Errorf("commit %d acquires: %w", len(batch), err)
 	}
 	return results, nil

@@ -1,10 +1,14 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // FakeClock is a clock for tests. Its host and wall clocks follow the
@@ -109,3 +113,10 @@ func (s *Store) BatchStats() (batches, statements int64) {
 // SetMaxBatch sets the most statements of one batch (1: none share a
 // transaction), before the store's first Acquire.
 func (s *Store) SetMaxBatch(n int) { s.batch.MaxBatch = n }
+
+// AcquireTogether sends reqs as one batch, as the batcher sends requests
+// that queued together (sorted by name), and returns their results in
+// reqs' order.
+func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
+	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
+}

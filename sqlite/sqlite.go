@@ -16,6 +16,11 @@
 //
 // Without a busy timeout, attempts that meet a locked database fail with
 // SQLITE_BUSY and are retried by the flag: correct, but slower to fail over.
+// A write of the store waits for the lock no longer than its context
+// allows (a flag's attempt, its Timeout), however long the busy timeout:
+// the store lowers the connection's busy timeout to the time left for the
+// write and sets it back afterwards, since the driver cannot cut a busy
+// handler's wait short.
 //
 // # Clock
 //

@@ -107,32 +107,51 @@ WHERE name = ? AND holder <> ''`, name)
 // back after the caller trusted it. The check is a deferred BEGIN, which
 // SQLite refuses inside a transaction, and its COMMIT: neither takes a lock
 // nor writes, so the write lock is held only by the write itself.
-func (s *Store) conn(ctx context.Context, what, name string) (*sql.Conn, error) {
+// Its wait for the write lock ends with ctx (see busy.go).
+func (s *Store) conn(ctx context.Context, what, name string) (writeConn, error) {
 	conn, err := s.outsideTx(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
+		return writeConn{}, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
 	}
 	return conn, nil
 }
 
+// writeConn is a connection returned by conn: Close sets its busy timeout
+// back, then returns it to the pool.
+type writeConn struct {
+	*sql.Conn
+	restore func() // nil: nothing to set back
+}
+
+func (c writeConn) Close() error {
+	if c.restore != nil {
+		c.restore()
+	}
+	return c.Conn.Close()
+}
+
 // outsideTx is conn without the description of the write.
-func (s *Store) outsideTx(ctx context.Context) (*sql.Conn, error) {
+func (s *Store) outsideTx(ctx context.Context) (writeConn, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, err
+		return writeConn{}, err
 	}
 	if _, err = conn.ExecContext(ctx, "BEGIN DEFERRED"); err == nil {
 		_, err = conn.ExecContext(ctx, "COMMIT")
 	}
+	var restore func()
+	if err == nil {
+		restore, err = boundBusyWait(ctx, conn)
+	}
 	if err != nil {
 		conn.Close()
 		if strings.Contains(err.Error(), "within a transaction") {
-			return nil, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
+			return writeConn{}, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
 				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", err)
 		}
-		return nil, fmt.Errorf("check the connection is outside a transaction: %w", err)
+		return writeConn{}, fmt.Errorf("check the connection is outside a transaction, and bound its busy wait: %w", err)
 	}
-	return conn, nil
+	return writeConn{conn, restore}, nil
 }
 
 // update runs the UPDATE query of a release or an eviction of name,
