@@ -19,33 +19,45 @@ import (
 // In routine mode a batch is one CALL of leadership_acquire_many
 // (migration 0012): one round trip, one transaction and one read of the
 // failover guard for all of them, each request decided by the rules of
-// leadership_acquire. In statement mode a batch is one transaction: the
-// statements of each request, as an attempt alone sends them, between one
-// START TRANSACTION and one COMMIT. A batch of one is an attempt alone,
+// leadership_acquire. In statement mode a batch of up to 32 is one
+// transaction: one read of the guard, then the upsert and the read of the
+// outcome of each request, between one START TRANSACTION and one COMMIT. A batch of one is an attempt alone,
 // exactly as without batching. Either way the batch has committed before
 // any result is returned.
 const (
 	// maxSenders is how many batches of one Store may be in flight at once.
 	maxSenders = 2
-	// maxBatch is the most requests in one batch: about 300 kB of JSON at
-	// most (names and holders of 255 characters), far below the smallest
-	// default max_allowed_packet (4 MB in MySQL 5.7; 16 MB in MariaDB,
-	// 64 MB in MySQL 8).
+	// maxBatch is the most requests in one batch in routine mode: at most
+	// about 1 MB of JSON each way (names and holders of 255 four-byte
+	// characters), below the default max_allowed_packet (16 MB in
+	// MariaDB, 64 MB in MySQL 8). A reply longer than the server's
+	// max_allowed_packet would come back NULL, after the commit: an error
+	// for every request of the batch, whose rows the next attempts learn.
 	maxBatch = 512
+	// maxStatementBatch is the most requests in one batch in statement
+	// mode, where each request is two round trips in the batch's one
+	// transaction (three during a hold): a small batch keeps the
+	// transaction, and the row locks it holds, short on a distant server,
+	// well inside the Timeout of the earliest request.
+	maxStatementBatch = 32
 	// manyMissingFor is how long a store that found leadership_acquire_many
 	// missing, or not executable by its user, sends the requests of a
 	// batch one CALL of leadership_acquire each before it tries again.
 	manyMissingFor = time.Minute
 )
 
-// newBatcher returns the batcher of s.
+// newBatcher returns the batcher of s, in its mode.
 func (s *Store) newBatcher() *sqlstore.Batcher {
-	return &sqlstore.Batcher{
+	b := &sqlstore.Batcher{
 		Send:       s.sendBatch,
 		Describe:   func(name string, err error) error { return describe("acquire "+sqlstore.Quote(name), err) },
 		MaxSenders: maxSenders,
 		MaxBatch:   maxBatch,
 	}
+	if s.noRoutines {
+		b.MaxBatch = maxStatementBatch
+	}
+	return b
 }
 
 // sendBatch decides the requests of batch, sorted by name, and returns

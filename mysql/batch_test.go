@@ -52,47 +52,60 @@ func TestOneBatchDecidesNamesThatNeedQuoting(t *testing.T) {
 }
 
 // TestABatchIsOneRoundTrip checks, on a session of its own, that a batch
-// of renewals is one statement sent by the client in routine mode, and
-// prepares nothing once the connection has it.
+// of renewals is one statement sent by the client in routine mode, and in
+// statement mode one transaction of one guard read and two statements per
+// renewal (START TRANSACTION, the guard, upsert and outcome for each,
+// COMMIT), and that neither prepares anything once the connection has
+// its statements.
 func TestABatchIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
-	db.SetMaxOpenConns(1) // one session: the counters below are the store's
-	s := newStore(t, db)
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	reqs := make([]leadership.Request, 50)
-	for i := range reqs {
-		reqs[i] = leadership.Request{Name: fmt.Sprintf("flag-%02d", i), Holder: "a", Lease: time.Minute}
-	}
-	renew := func() {
-		t.Helper()
-		results, err := s.AcquireTogether(ctx, reqs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, res := range results {
-			if !res.Acquired {
-				t.Fatalf("%s = %+v, want acquired", reqs[i].Name, res)
+	const renewals = 30 // within statement mode's batch of 32
+	for _, m := range []struct {
+		name string
+		opts []mysql.Option
+		want int64 // statements per batch
+	}{{"routine", nil, 1}, {"statement", []mysql.Option{mysql.WithoutRoutines()}, 3 + 2*renewals}} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+			db.SetMaxOpenConns(1) // one session: the counters below are the store's
+			s := newStore(t, db, m.opts...)
+			ctx := context.Background()
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
 			}
-			reqs[i].Version = res.Version
-		}
-	}
-	renew()
-	const batches = 10
-	before := sessionStatus(t, db)
-	for range batches {
-		renew()
-	}
-	after := sessionStatus(t, db)
-	if d := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]; d != 0 {
-		t.Errorf("%d batches prepared %d statements, want none", batches, d)
-	}
-	// Questions also counts the SHOW STATUS that read the second figures.
-	if d := after["Questions"] - before["Questions"] - 1; d != batches {
-		t.Errorf("%d batches of %d renewals sent %d statements, want one each", batches, len(reqs), d)
+			reqs := make([]leadership.Request, renewals)
+			for i := range reqs {
+				reqs[i] = leadership.Request{Name: fmt.Sprintf("flag-%02d", i), Holder: "a", Lease: time.Minute}
+			}
+			renew := func() {
+				t.Helper()
+				results, err := s.AcquireTogether(ctx, reqs...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, res := range results {
+					if !res.Acquired {
+						t.Fatalf("%s = %+v, want acquired", reqs[i].Name, res)
+					}
+					reqs[i].Version = res.Version
+				}
+			}
+			renew()
+			const batches = 10
+			before := sessionStatus(t, db)
+			for range batches {
+				renew()
+			}
+			after := sessionStatus(t, db)
+			if d := after["Com_stmt_prepare"] - before["Com_stmt_prepare"]; d != 0 {
+				t.Errorf("%d batches prepared %d statements, want none", batches, d)
+			}
+			// Questions also counts the SHOW STATUS that read the second figures.
+			if d := after["Questions"] - before["Questions"] - 1; d != m.want*batches {
+				t.Errorf("%d batches of %d renewals sent %d statements, want %d each", batches, len(reqs), d, m.want)
+			}
+		})
 	}
 }
 

@@ -15,8 +15,9 @@ var _ leadership.Quarantiner = (*Store)(nil)
 // Quarantine implements [leadership.Quarantiner]: in a transaction it
 // commits, it raises the guard record's hold_until to database-now + d
 // unless it is already later, and returns it. Acquire statements that
-// start after it returned start no new term before then; holders keep
-// renewing. d is rounded up to a microsecond.
+// start after it returned start no new term before then (a batch is
+// decided at its start: the CALL, or in statement mode its read of the
+// guard); holders keep renewing. d is rounded up to a microsecond.
 func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, error) {
 	if d <= 0 {
 		return time.Time{}, fmt.Errorf("%w: quarantine duration %v is not positive", leadership.ErrInvalidArgument, d)

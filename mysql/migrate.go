@@ -20,9 +20,9 @@ import (
 // Migrate checks the server version, applies the embedded migrations with
 // golang-migrate into the table [migrations.MigrationsTable] of the
 // connection's database, then checks the flag table's shape and, in
-// routine mode, creates the procedure if a statement-mode Migrate left it
-// out. In statement mode ([WithoutRoutines]) the migrations that create or
-// drop the procedure are applied as statements that change nothing, under
+// routine mode, creates the procedures if a statement-mode Migrate left
+// them out. In statement mode ([WithoutRoutines]) the migrations that
+// create or drop a procedure are applied as statements that change nothing, under
 // the same versions, so no routine privilege is needed. Concurrent
 // calls from many processes are serialized by golang-migrate's GET_LOCK.
 // It never closes db: golang-migrate gets a connection of its own, closed

@@ -43,9 +43,10 @@
 // administrator with an earlier release) or the user may not execute it
 // (EXECUTE granted on leadership_acquire alone), the store sends a batch as
 // one CALL of leadership_acquire per request and tries the new procedure
-// again a minute later. In statement mode a batch is one transaction: the
-// statements of each request in turn, between one START TRANSACTION and
-// one COMMIT.
+// again a minute later. In statement mode a batch of up to 32 is one
+// transaction: one read of the guard, then the upsert and the read of the
+// outcome of each request in turn, between one START TRANSACTION and one
+// COMMIT, every request decided at the guard read's clock.
 //
 // # DSN
 //
@@ -369,11 +370,11 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{db: db}
-	s.batch = s.newBatcher()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
+	s.batch = s.newBatcher()
 	return s, nil
 }
 

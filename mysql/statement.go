@@ -15,27 +15,28 @@ import (
 	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
-// Statement mode (see WithoutRoutines): the procedure of migration 0009,
-// sent as plain statements. In the templates, :now is the statement's
-// clock (UTC_TIMESTAMP is read once per statement, at its start, so every
-// occurrence is the same instant); the other :names are parameters, bound
-// by bind. The assignments, their order and the LAST_INSERT_ID(expr)
-// outcome are the procedure's, right with and without MariaDB's
+// Statement mode (see WithoutRoutines): the procedures of migrations 0009
+// and 0012, sent as plain statements. In the templates, :now is the
+// statement's clock (UTC_TIMESTAMP is read once per statement, at its
+// start, so every occurrence is the same instant) and :at the clock the
+// guard read returned, at which a batch is decided as the procedures
+// decide at their one v_now; the other :names are parameters, bound by
+// bind. The assignments, their order and the LAST_INSERT_ID(expr) outcome
+// are the procedure's, right with and without MariaDB's
 // SIMULTANEOUS_ASSIGNMENT (see
 // migrations/mysql/0009_create_guarded_acquire.up.sql).
 const (
 	// guardReadTemplate reads, at the start of the transaction and without
-	// a lock, the clock, the guard record, this server's incarnation (NULL
-	// when it has none yet) and whether the flag has a row.
+	// a lock, the clock, the guard record and this server's incarnation
+	// (NULL when it has none yet).
 	guardReadTemplate = `
 SELECT :now, g.incarnation, g.hold_until, g.version_floor, g.max_lease,
-       (SELECT i.incarnation FROM leadership_incarnation i WHERE i.server_id = @@server_id),
-       EXISTS (SELECT 1 FROM leadership_flags f WHERE f.name = :name)
+       (SELECT i.incarnation FROM leadership_incarnation i WHERE i.server_id = @@server_id)
 FROM leadership_guard g WHERE g.id = 1`
 
 	// guardUpdateTemplate records the incarnation :incarnation noticed at
-	// :at (the guard read's clock) and the lease, under the row lock; its
-	// conditions are re-checked on the latest version of the record.
+	// :at and the lease, under the row lock; its conditions are re-checked
+	// on the latest version of the record.
 	guardUpdateTemplate = `
 UPDATE leadership_guard SET
     hold_until = IF(incarnation <> :incarnation AND incarnation <> '',
@@ -45,23 +46,28 @@ UPDATE leadership_guard SET
     incarnation = :incarnation
 WHERE id = 1 AND (incarnation <> :incarnation OR max_lease < :lease)`
 
+	// existsTemplate reads whether the flag has a row, in the snapshot of
+	// the guard read: sent only while new terms are held, when a flag
+	// without a row must not get one.
+	existsTemplate = `SELECT EXISTS (SELECT 1 FROM leadership_flags WHERE name = :name)`
+
 	// upsertTemplate is the procedure's upsert; :held and :floor are what
 	// the guard read decided.
 	upsertTemplate = `
 INSERT INTO leadership_flags (name, holder, version, renewed_at, expires_at)
-VALUES (:name, :holder, LAST_INSERT_ID(GREATEST(1, :floor)), :now, :now + :lease)
+VALUES (:name, :holder, LAST_INSERT_ID(GREATEST(1, :floor)), :at, :at + :lease)
 ON DUPLICATE KEY UPDATE
-    renewed_at = IF(LAST_INSERT_ID(0) = 0 AND ({take} OR {renew}), :now, renewed_at),
-    version = IF({take} OR {renew}, LAST_INSERT_ID(IF({renew} AND (expires_at > :now OR version >= :floor), version, GREATEST(version + 1, :floor))), version),
+    renewed_at = IF(LAST_INSERT_ID(0) = 0 AND ({take} OR {renew}), :at, renewed_at),
+    version = IF({take} OR {renew}, LAST_INSERT_ID(IF({renew} AND (expires_at > :at OR version >= :floor), version, GREATEST(version + 1, :floor))), version),
     holder = IF({take} OR {renew}, :holder, holder),
-    expires_at = IF({take} OR {renew}, :now + :lease, expires_at)`
+    expires_at = IF({take} OR {renew}, :at + :lease, expires_at)`
 
 	// readRowTemplate reads, in the upsert's transaction, its outcome
 	// (LAST_INSERT_ID of the session: 0 when it lost, else the term's
-	// version), the row, and the clock. FOR UPDATE reads the latest
-	// version of the row (the upsert holds its lock), not the snapshot the
-	// guard read fixed.
-	readRowTemplate = `SELECT LAST_INSERT_ID(), holder, version, renewed_at, expires_at, :now
+	// version) and the row. FOR UPDATE reads the latest version of the
+	// row (the upsert holds its lock), not the snapshot the guard read
+	// fixed.
+	readRowTemplate = `SELECT LAST_INSERT_ID(), holder, version, renewed_at, expires_at
 FROM leadership_flags WHERE name = :name FOR UPDATE`
 
 	// insertIncarnation gives the server an incarnation, in a transaction
@@ -74,8 +80,8 @@ VALUES (@@server_id, CONCAT(@@server_id, '/', UUID()))`
 // renewal of the caller's own term (while held, only of a term that has not
 // expired).
 var upsertConditions = strings.NewReplacer(
-	"{take}", "(NOT :held AND expires_at <= :now)",
-	"{renew}", "(:version > 0 AND holder = :holder AND version = :version AND (NOT :held OR expires_at > :now))",
+	"{take}", "(NOT :held AND expires_at <= :at)",
+	"{renew}", "(:version > 0 AND holder = :holder AND version = :version AND (NOT :held OR expires_at > :at))",
 )
 
 // statementQuery is a template with a ? for each parameter, and the names of
@@ -102,6 +108,7 @@ func compile(template string) statementQuery {
 var (
 	guardRead   = compile(guardReadTemplate)
 	guardUpdate = compile(guardUpdateTemplate)
+	flagExists  = compile(existsTemplate)
 	upsert      = compile(upsertConditions.Replace(upsertTemplate))
 	readRow     = compile(readRowTemplate)
 )
@@ -119,30 +126,35 @@ func (q statementQuery) bind(values map[string]any) []any {
 // incarnation of the server, so that one is inserted outside it.
 var errNoIncarnation = errors.New("the server has no incarnation yet")
 
-// acquireStatements is statement mode: for each request of batch, in
-// order, the guard read, the guard's update when needed, the upsert and
-// the read of its outcome, all in one transaction, committed before the
-// results are trusted (START TRANSACTION starts one whatever the session's
-// autocommit). Each request's guard read sees the writes of those before
-// it; each asks the guard for the longest lease of the batch, so that a
-// hold started by any of them lasts at least as long as any request alone
-// would have started (as leadership_acquire_many does). The first attempt
-// after the server started finds no incarnation: it rolls back (it wrote
-// nothing), inserts one in a transaction of its own and starts over.
+// acquireStatements is statement mode: one transaction for batch, which
+// reads the guard once, updates it when needed (asking for the longest
+// lease of the batch, so that a hold started here lasts at least as long
+// as any request alone would have started), then, for each request in
+// order, its upsert and the read of its outcome, all decided at the clock
+// of the guard read, as leadership_acquire_many decides at its one v_now;
+// each request sees the writes of those before it. The transaction is
+// committed before the results are trusted (START TRANSACTION starts one
+// whatever the session's autocommit). The first attempt after the server
+// started finds no incarnation: it rolls back (it wrote nothing), inserts
+// one in a transaction of its own and starts over.
 func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
 	st, err := s.statements(ctx)
 	if err != nil {
 		return err
 	}
-	var guardLease int64 // the batch's longest, as leadership_acquire_many's
+	var guardLease int64
 	for _, p := range batch {
 		guardLease = max(guardLease, leaseMicros(p.Req))
 	}
 	return sqlstore.RetryOnce(ctx, transient, func() error {
 		for range 2 {
 			err := s.inTx(ctx, false, func(tx *sql.Tx) error {
+				g, err := readGuard(ctx, tx, st, guardLease)
+				if err != nil {
+					return err
+				}
 				for i, p := range batch {
-					if err := acquireInTx(ctx, tx, st, p.Req, guardLease, &results[i]); err != nil {
+					if err := acquireInTx(ctx, tx, st, g, p.Req, &results[i]); err != nil {
 						return err
 					}
 				}
@@ -162,63 +174,76 @@ func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.Pending
 	})
 }
 
-// acquireInTx is one attempt of statement mode in tx, asking the guard
-// for the lease guardLease (at least req's). It returns errNoIncarnation,
-// having written nothing, when the server has no incarnation yet.
-func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, req leadership.Request, guardLease int64, res *leadership.Result) error {
-	lease := leaseMicros(req)
-	*res = leadership.Result{Record: leadership.Record{Name: req.Name}}
+// guardDecision is what the guard read decided for a transaction of
+// statement mode: the clock it read (every request is decided at it),
+// whether new terms are held and until when, and the version floor.
+type guardDecision struct {
+	now, hold, floor int64
+	held             bool
+}
+
+// readGuard reads the guard record and the server's incarnation in tx,
+// and records a new incarnation or a longer lease (guardLease). It
+// returns errNoIncarnation, having written nothing, when the server has
+// no incarnation yet.
+func readGuard(ctx context.Context, tx *sql.Tx, st *prepared, guardLease int64) (guardDecision, error) {
 	var (
-		now, hold, floor, maxLease int64
-		recorded, current          []byte
-		exists                     bool
+		g                 guardDecision
+		maxLease          int64
+		recorded, current []byte
 	)
-	err := tx.StmtContext(ctx, st.guardRead).QueryRowContext(ctx, guardRead.bind(map[string]any{"name": req.Name})...).Scan(
-		&now, &recorded, &hold, &floor, &maxLease, &current, &exists)
+	err := tx.StmtContext(ctx, st.guardRead).QueryRowContext(ctx).Scan(&g.now, &recorded, &g.hold, &g.floor, &maxLease, &current)
 	if errors.Is(err, sql.ErrNoRows) {
-		return errNoGuardRecord
+		return g, errNoGuardRecord
 	}
 	if err != nil {
-		return err
+		return g, err
 	}
 	if current == nil {
-		return errNoIncarnation
+		return g, errNoIncarnation
 	}
 	if string(recorded) != string(current) && len(recorded) > 0 { // rule 1: a new incarnation
-		hold = max(hold, now+max(maxLease, guardLease))
-		floor = max(floor, now)
+		g.hold = max(g.hold, g.now+max(maxLease, guardLease))
+		g.floor = max(g.floor, g.now)
 	}
 	if string(recorded) != string(current) || maxLease < guardLease {
 		if _, err := tx.ExecContext(ctx, guardUpdate.sql, guardUpdate.bind(map[string]any{
-			"incarnation": current, "at": now, "lease": guardLease})...); err != nil {
-			return err
+			"incarnation": current, "at": g.now, "lease": guardLease})...); err != nil {
+			return g, err
 		}
 	}
-	held := now < hold
-	if held && !exists { // no first acquisition during a hold
-		res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(now), time.UnixMicro(hold), time.UnixMicro(now)
-		return nil
+	g.held = g.now < g.hold
+	return g, nil
+}
+
+// acquireInTx decides req in tx as g says.
+func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, g guardDecision, req leadership.Request, res *leadership.Result) error {
+	*res = leadership.Result{Record: leadership.Record{Name: req.Name}, Now: time.UnixMicro(g.now)}
+	if g.held { // no first acquisition during a hold
+		var found bool
+		if err := tx.QueryRowContext(ctx, flagExists.sql, flagExists.bind(map[string]any{"name": req.Name})...).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			res.RenewedAt, res.ExpiresAt = time.UnixMicro(g.now), time.UnixMicro(g.hold)
+			return nil
+		}
 	}
 	if _, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, upsert.bind(map[string]any{
-		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": lease, "held": held, "floor": floor})...); err != nil {
+		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": leaseMicros(req),
+		"at": g.now, "held": g.held, "floor": g.floor})...); err != nil {
 		return err
 	}
-	// A loser reports the clock of the guard read, the instant its
-	// decision (hold, floor) was taken at, as the procedure reports its
-	// one v_now; the row read's own clock reading is later.
-	var won, renewed, expires, readAt int64
+	var won, renewed, expires int64
 	if err := tx.StmtContext(ctx, st.readRow).QueryRowContext(ctx, readRow.bind(map[string]any{"name": req.Name})...).Scan(
-		&won, &res.Holder, &res.Version, &renewed, &expires, &readAt); err != nil {
+		&won, &res.Holder, &res.Version, &renewed, &expires); err != nil {
 		return err
 	}
 	res.Acquired = won > 0
-	switch {
-	case res.Acquired:
-		now = renewed
-	case held:
-		expires = max(expires, hold)
+	if !res.Acquired && g.held {
+		expires = max(expires, g.hold)
 	}
-	res.RenewedAt, res.ExpiresAt, res.Now = time.UnixMicro(renewed), time.UnixMicro(expires), time.UnixMicro(now)
+	res.RenewedAt, res.ExpiresAt = time.UnixMicro(renewed), time.UnixMicro(expires)
 	return nil
 }
 
@@ -252,7 +277,7 @@ const noRoutine = "SELECT 1"
 // a routine replaced by [noRoutine]. golang-migrate then applies the same
 // versions into the same version table in both modes, so a database can
 // move from one mode to the other and keeps upgrading in order; the
-// procedure is (re-)created, in routine mode, by ensureRoutine.
+// procedures are (re-)created, in routine mode, by ensureRoutines.
 type statementFS struct{ fs.FS }
 
 func (f statementFS) Open(name string) (fs.File, error) {

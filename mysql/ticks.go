@@ -1,10 +1,11 @@
 package mysql
 
-// MaxAcquireBatch is the most Acquire calls the store sends in one batch.
+// MaxAcquireBatch is the most Acquire calls the store sends in one batch:
+// 512 in routine mode, 32 in statement mode.
 // It tells flags that the store batches: the holders of its flags renew
 // at ticks they share (see [leadership.FlagBuilder.RenewInterval]), in
 // groups of half a batch, so their renewals are due at one instant and
 // travel in a few batches per group (one CALL each in routine mode),
 // whatever the load, instead of batching only when attempts happen to
 // overlap.
-func (s *Store) MaxAcquireBatch() int { return maxBatch }
+func (s *Store) MaxAcquireBatch() int { return s.batch.MaxBatch }

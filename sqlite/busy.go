@@ -21,8 +21,9 @@ import (
 // boundBusyWait lowers the busy timeout of conn to the time left before
 // ctx's deadline, when that is shorter, and returns the function that
 // sets it back (nil when there is nothing to set back). A connection
-// whose timeout cannot be set back is discarded rather than returned to
-// the pool with a shorter wait.
+// whose timeout may have been lowered and cannot be set back (the
+// lowering or the setting back failed) is discarded rather than returned
+// to the pool with a shorter wait.
 func boundBusyWait(ctx context.Context, conn *sql.Conn) (restore func(), err error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -37,6 +38,7 @@ func boundBusyWait(ctx context.Context, conn *sql.Conn) (restore func(), err err
 		return nil, nil
 	}
 	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(left, 10)); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // it may have taken effect
 		return nil, err
 	}
 	return func() {

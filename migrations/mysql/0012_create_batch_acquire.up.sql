@@ -111,6 +111,9 @@ BEGIN
             ELSE
                 SELECT holder, version, renewed_at, expires_at INTO v_holder, v_version, v_renewed, v_expires
                 FROM leadership_flags WHERE name = r_name FOR UPDATE;
+                IF v_done THEN -- the NOT FOUND handler: never, the upsert just wrote the row
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'leadership_acquire_many found no row for a flag it had just written';
+                END IF;
                 IF v_held THEN
                     SET v_expires = GREATEST(v_expires, v_hold);
                 END IF;
