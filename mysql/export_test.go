@@ -41,3 +41,16 @@ func (s *Store) SetCallPerFlag(on bool) { s.callPerFlag = on }
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
 	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
 }
+
+// TargetAfterSilence is the bell a watcher of s chooses when it waited
+// last on the bell of the store whose bell connection has the id last
+// and has just found the nameplates of holders free.
+func (s *Store) TargetAfterSilence(ctx context.Context, last int64, holders ...string) (int64, error) {
+	w := watcher{s: s, current: last, owners: map[string]int64{}, silent: map[string]time.Time{}, pause: map[string]time.Duration{}}
+	defer w.close()
+	for _, h := range holders {
+		w.silence(h)
+	}
+	id, _, err := w.target(ctx)
+	return id, err
+}

@@ -419,3 +419,29 @@ func TestABellFoundFreeMakesTheWatcherLookAtTheRows(t *testing.T) {
 		t.Fatal("the watcher found the bell free and did not wake the flag whose row is free")
 	}
 }
+
+// TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent: when every holder
+// its flags still wait on was found without its nameplate (a new holder
+// takes its nameplate just after its first acquire returns, and under load
+// the watcher's lookup can come first), the watcher keeps the bell it
+// waited on last instead of waiting on none, which would miss that
+// store's releases until the flags' poll. (Seen once in the full suite
+// under -race: two of the eight followers of
+// TestAShutdownWakesTheFollowersOfEveryFlag raised at their 5 s poll.)
+func TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	leading, following := newStore(t, openDB(t, dsn)), newStore(t, openDB(t, dsn))
+	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
+	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
+		t.Fatal("the leading store's flag should lead, the other follow")
+	}
+	const last = 4242 // the bell waited on last, by its store's connection id
+	id, err := following.TargetAfterSilence(context.Background(), last, leader.Process())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != last {
+		t.Fatalf("the watcher chose the bell %d when the only holder its flag waits on was found silent; want the bell it waited on last, %d", id, last)
+	}
+}

@@ -177,9 +177,10 @@ const resolveChunk = 100
 // look again when there is none.
 func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 	waited := w.waited()
+	last := w.current
 	for h := range waited {
-		if w.current != 0 && w.owners[h] == w.current {
-			return w.current, w.silentWake(waited), nil
+		if last != 0 && w.owners[h] == last {
+			return last, w.silentWake(waited), nil
 		}
 	}
 	var unknown []string
@@ -214,7 +215,25 @@ func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 			w.current = id
 		}
 	}
+	if w.current == 0 && last != 0 && w.anySilent(waited) {
+		// Every holder still waited on was found without its nameplate:
+		// most likely new holders of the store waited on last, which
+		// take their nameplates just after their first acquire returns.
+		// Waiting on no bell would miss that store's releases; so the
+		// watcher keeps its bell until their pause ends (see wait).
+		w.current = last
+	}
 	return w.current, w.silentWake(waited), nil
+}
+
+// anySilent reports whether a holder of waited is in its pause.
+func (w *watcher) anySilent(waited map[string]int) bool {
+	for h := range waited {
+		if w.isSilent(h) {
+			return true
+		}
+	}
+	return false
 }
 
 // waited counts the store's flags waiting on each holder, leaving out the
@@ -411,7 +430,9 @@ var errRetarget = errors.New("no flag waits on a holder of the store of this bel
 // waits on the bell of a store they now wait on. A holder the watcher has
 // not looked up yet is presumed to be of that store until the next ring
 // (the flags of one process, under default process names, each have
-// their own holder name, learned one after the other). The driver then closes
+// their own holder name, learned one after the other), and so is one
+// whose nameplate was found free, until its pause ends (a new holder
+// takes its nameplate just after its first acquire returns). The driver then closes
 // the connection, and the watcher takes a new one: this happens only when
 // the holders change without a ring. Called with s.pmu held.
 func (s *Store) retarget() {
@@ -423,7 +444,7 @@ func (s *Store) retarget() {
 		if !ok {
 			continue
 		}
-		if owner, known := s.waitOwners[h]; !known || owner == s.waitID {
+		if owner, known := s.waitOwners[h]; !known || owner == s.waitID || owner == 0 {
 			return
 		}
 	}
@@ -450,9 +471,17 @@ func (w *watcher) wait(ctx context.Context, id int64) error {
 		}
 	}
 	owners := maps.Clone(w.owners)
+	waitFor := w.waitFor
+	if waitFor == 0 {
+		waitFor = bellWait
+	}
 	for h := range w.silent {
 		if w.isSilent(h) {
-			owners[h] = 0 // known: of no store now
+			// Known: its nameplate was free. Presumed of this bell until
+			// its pause ends (see retarget); the wait ends then, so that
+			// target looks its nameplate up again.
+			owners[h] = 0
+			waitFor = min(waitFor, max(time.Until(w.silent[h]).Round(time.Second), time.Second))
 		}
 	}
 	var (
@@ -473,10 +502,6 @@ func (w *watcher) wait(ctx context.Context, id int64) error {
 	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
 	// the wait began.
 	w.s.watchStatements.Add(1)
-	waitFor := w.waitFor
-	if waitFor == 0 {
-		waitFor = bellWait
-	}
 	began := time.Now()
 	err := w.conn.QueryRowContext(waitCtx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
 		name, int(waitFor.Seconds()))).Scan(&used, &got)
