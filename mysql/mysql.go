@@ -242,7 +242,11 @@
 // watcher look at the rows once (the store may have given it up right
 // after its last release) and leave its holders alone for 0.1 s, then
 // fourfold longer up to 30 s while their nameplates stay free, so a
-// crashed holder costs a few statements, not a busy loop. A wait cut by a timeout of the client (readTimeout in
+// crashed holder costs a few statements, not a busy loop. A holder whose
+// nameplate is found free is most likely a new one (a store takes its
+// nameplate just after its first acquire returns): while every holder its
+// flags wait on is in such a pause, the watcher keeps the bell it waited
+// on last, until the first pause ends. A wait cut by a timeout of the client (readTimeout in
 // the DSN) or of the server (max_statement_time, max_execution_time)
 // after t makes later waits last half of t.
 //
