@@ -153,6 +153,17 @@ func nothingLeftOpen(t *testing.T, opts ...mysql.Option) {
 	if res, err := other.Acquire(ctx, leadership.Request{Name: "g", Holder: "b", Lease: time.Minute}); err != nil || !res.Acquired {
 		t.Fatalf("another session after the release = %+v, %v; want acquired", res, err)
 	}
+	// A batch (leadership_acquire_many, or statement mode's transaction)
+	// commits too: another session takes over what it released.
+	batch, err := s.AcquireTogether(ctx, leadership.Request{Name: "h1", Holder: "a", Lease: time.Minute},
+		leadership.Request{Name: "h2", Holder: "a", Lease: time.Minute})
+	if err != nil || !batch[0].Acquired || !batch[1].Acquired {
+		t.Fatalf("a batch = %+v, %v; want both acquired", batch, err)
+	}
+	openTx("a batch")
+	if recs, _, err := other.Flags(ctx); err != nil || len(recs) != 4 || recs[2].Holder != "a" || recs[3].Holder != "a" {
+		t.Fatalf("another session's Flags after a batch = %+v, %v; want h1 and h2 held by a", recs, err)
+	}
 }
 
 // TestRefusesUncommittingProcedure checks that Acquire does not trust the
