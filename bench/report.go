@@ -249,33 +249,20 @@ func (r *report) markdown() string {
 		p("## 6. Many flags of one store")
 		p("")
 	}
-	if r.postgresBench != "" {
-		p("### PostgreSQL")
+	for _, sec := range []struct{ title, text, output string }{
+		{"PostgreSQL", "The postgres package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./postgres` (with `LEADERSHIP_TEST_POSTGRES_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one pgxpool; the renewals due together travel in batches. `statement=one` is the store as shipped: one statement over arrays (`unnest`) decides every request of a batch; `statement=per-flag` sends the same batches as one statement per request in a pgx batch (one round trip and one commit all the same). ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.", r.postgresBench},
+		{"MySQL/MariaDB", "The mysql package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./mysql` (with `LEADERSHIP_TEST_MYSQL_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one `*sql.DB` (default pool); the renewals due together travel in batches. `batch=one-call` is routine mode as shipped: one `CALL leadership_acquire_many` (one round trip, one transaction, one read of the failover guard) decides every request of a batch; `batch=call-per-flag` sends the same batches as one `CALL leadership_acquire` per request (one round trip and one commit each); `batch=statements` is statement mode (`WithoutRoutines`), where a batch of up to 32 is one transaction: one read of the guard, then two statements per request. ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.", r.mysqlBench},
+		{"SQLite", "The sqlite package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 6400x -count 3 ./sqlite`: 64 flags of one store renew at once, each from its own goroutine, on a database file in the temporary directory. `maxBatch=512` is the store as shipped: renewals due together share one transaction (BEGIN IMMEDIATE … COMMIT), one commit and one wait for the file's write lock; `maxBatch=1` sends them one transaction each through the same queue. The figure is ns/renewal.", r.sqliteBench},
+	} {
+		if sec.output == "" {
+			continue
+		}
+		p("### %s", sec.title)
 		p("")
-		p("The postgres package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./postgres` (with `LEADERSHIP_TEST_POSTGRES_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one pgxpool; the renewals due together travel in batches. `statement=one` is the store as shipped: one statement over arrays (`unnest`) decides every request of a batch; `statement=per-flag` sends the same batches as one statement per request in a pgx batch (one round trip and one commit all the same). ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.")
-		p("")
-		p("```")
-		p("%s", r.postgresBench)
-		p("```")
-		p("")
-	}
-	if r.mysqlBench != "" {
-		p("### MySQL/MariaDB")
-		p("")
-		p("The mysql package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 1s -count 3 ./mysql` (with `LEADERSHIP_TEST_MYSQL_DSN`): 512 flags of one store renew at once, each from its own goroutine, over one `*sql.DB` (default pool); the renewals due together travel in batches. `batch=one-call` is routine mode as shipped: one `CALL leadership_acquire_many` (one round trip, one transaction, one read of the failover guard) decides every request of a batch; `batch=call-per-flag` sends the same batches as one `CALL leadership_acquire` per request (one round trip and one commit each); `batch=statements` is statement mode (`WithoutRoutines`), where a batch is one transaction of four statements per request. ns/renewal is the wall time per renewal, the server's CPU included (same machine); renewals/batch is the mean batch size.")
+		p("%s", sec.text)
 		p("")
 		p("```")
-		p("%s", r.mysqlBench)
-		p("```")
-		p("")
-	}
-	if r.sqliteBench != "" {
-		p("### SQLite")
-		p("")
-		p("The sqlite package's benchmark, `go test -run '^$' -bench ConcurrentRenewals -benchmem -benchtime 6400x -count 3 ./sqlite`: 64 flags of one store renew at once, each from its own goroutine, on a database file in the temporary directory. `maxBatch=512` is the store as shipped: renewals due together share one transaction (BEGIN IMMEDIATE … COMMIT), one commit and one wait for the file's write lock; `maxBatch=1` sends them one transaction each through the same queue. The figure is ns/renewal.")
-		p("")
-		p("```")
-		p("%s", r.sqliteBench)
+		p("%s", sec.output)
 		p("```")
 		p("")
 	}

@@ -182,3 +182,18 @@ func TestBatchesOfEverySizeReturnEveryResult(t *testing.T) {
 		}
 	}
 }
+
+// TestStatementModeSendsSmallBatches checks the batch sizes the store
+// sends and announces to its flags (their renewal groups are half of it):
+// 512 in routine mode, one CALL; 32 in statement mode, where a batch is
+// one transaction of two round trips per request, so that it stays short.
+func TestStatementModeSendsSmallBatches(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	if n := newStore(t, db).MaxAcquireBatch(); n != 512 {
+		t.Errorf("routine mode batches up to %d requests, want 512", n)
+	}
+	if n := newStore(t, db, mysql.WithoutRoutines()).MaxAcquireBatch(); n != 32 {
+		t.Errorf("statement mode batches up to %d requests, want 32", n)
+	}
+}

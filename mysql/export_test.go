@@ -2,10 +2,11 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/sqlstore"
+	"github.com/dbflag/leadership/internal/batchtest"
 )
 
 // WatchStatements is the number of statements the store's watcher has
@@ -20,7 +21,8 @@ var BellName = bellName
 // store whose bell connection has the id id, as the watcher does once it
 // has found, from the nameplate of holder, that it is that store's.
 func (s *Store) WaitOnceOnBell(ctx context.Context, holder string, id int64) error {
-	w := watcher{s: s, owners: map[string]int64{holder: id}, silent: map[string]time.Time{}, pause: map[string]time.Duration{}}
+	w := newWatcher(s)
+	w.owners[holder] = id
 	defer w.close()
 	return w.wait(ctx, id)
 }
@@ -39,18 +41,70 @@ func (s *Store) SetCallPerFlag(on bool) { s.callPerFlag = on }
 // that queued together (sorted by name), and returns their results in
 // reqs' order.
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
-	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
+	return batchtest.SendTogether(ctx, s.sendBatch, reqs...)
 }
 
 // TargetAfterSilence is the bell a watcher of s chooses when it waited
 // last on the bell of the store whose bell connection has the id last
 // and has just found the nameplates of holders free.
 func (s *Store) TargetAfterSilence(ctx context.Context, last int64, holders ...string) (int64, error) {
-	w := watcher{s: s, current: last, owners: map[string]int64{}, silent: map[string]time.Time{}, pause: map[string]time.Duration{}}
+	w := newWatcher(s)
+	w.current = last
 	defer w.close()
 	for _, h := range holders {
 		w.silence(h)
 	}
 	id, _, err := w.target(ctx)
 	return id, err
+}
+
+// StoreBellName is the name of the bell of the store whose bell
+// connection has the id id.
+var StoreBellName = storeBellName
+
+// WaitWithSilentHolders runs one wait of a new watcher of s on the bell
+// of the store whose bell connection has the id id, having just found the
+// nameplates of holders free, and calls retarget as soon as the wait has
+// begun, as a flag that learns of a holder does. It reports whether
+// retarget cut the wait short and how long the wait lasted; a wait still
+// running after d is ended then.
+func (s *Store) WaitWithSilentHolders(ctx context.Context, id int64, d time.Duration, holders ...string) (cut bool, lasted time.Duration, err error) {
+	w := newWatcher(s)
+	defer w.close()
+	for _, h := range holders {
+		w.silence(h)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- w.wait(wctx, id) }()
+	for begun := false; !begun; {
+		select {
+		case err = <-done: // ended before the test saw it begin (wait retargets at its start)
+			return errors.Is(err, errRetarget), time.Since(start), ignoreErr(err, errRetarget)
+		case <-time.After(time.Millisecond):
+		}
+		s.pmu.Lock()
+		if begun = s.waitCancel != nil; begun {
+			s.retarget()
+		}
+		s.pmu.Unlock()
+	}
+	err = <-done
+	if errors.Is(err, errRetarget) {
+		return true, time.Since(start), nil
+	}
+	if wctx.Err() != nil {
+		err = nil // ended at d
+	}
+	return false, time.Since(start), err
+}
+
+// ignoreErr is err, or nil when it is target.
+func ignoreErr(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
 }

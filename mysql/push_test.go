@@ -445,3 +445,46 @@ func TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent(t *testing.T) {
 		t.Fatalf("the watcher chose the bell %d when the only holder its flag waits on was found silent; want the bell it waited on last, %d", id, last)
 	}
 }
+
+// TestAWaitOnABellOutlivesSilentHolders: while the only holder its flag
+// waits on is paused (its nameplate found free), the watcher's wait on
+// the bell it chose is not cut short when a flag's holder changes (the
+// holder is presumed of that bell, as a holder not yet looked up is), and
+// it ends by itself when the pause ends (after at least 1 s), so that the
+// holder is looked up again, instead of after bellWait (5 min). (The
+// follower's pool is capped at two connections, so that its store runs no
+// watcher of its own beside the one the test runs.)
+func TestAWaitOnABellOutlivesSilentHolders(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	capped := openDB(t, dsn)
+	capped.SetMaxOpenConns(2)
+	leading, following := newStore(t, openDB(t, dsn)), newStore(t, capped)
+	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
+	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
+		t.Fatal("the leading store's flag should lead, the other follow")
+	}
+	// A bell the test holds, so that a wait on it blocks.
+	const id = 4242
+	ctx := context.Background()
+	conn, err := openDB(t, dsn).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var got int
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, mysql.StoreBellName(id)).Scan(&got); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK = %d, %v", got, err)
+	}
+	cut, lasted, err := following.WaitWithSilentHolders(ctx, id, 20*time.Second, leader.Process())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut {
+		t.Fatal("the wait was cut short while the only holder waited on was paused; want it kept")
+	}
+	if lasted > 10*time.Second { // generous: about 1 s
+		t.Fatalf("the wait lasted %v with a holder paused for 0.1 s; want it to end with the pause (at least 1 s), not after bellWait", lasted)
+	}
+	t.Logf("the wait ended by itself after %v", lasted)
+}

@@ -99,7 +99,7 @@ func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<-
 	defer close(exited)
 	s.watching.Store(true)
 	defer s.watching.Store(false)
-	w := watcher{s: s, owners: make(map[string]int64), silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
+	w := newWatcher(s)
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -162,6 +162,11 @@ type watcher struct {
 	waitFor time.Duration    // the wait of GET_LOCK, when shorter than bellWait
 	looked  bool             // whether a look has been made
 	free    map[string]int64 // free rows at the last look: name → version
+}
+
+// newWatcher returns a watcher of s that knows nothing yet.
+func newWatcher(s *Store) watcher {
+	return watcher{s: s, owners: make(map[string]int64), silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
 }
 
 // resolveChunk is the most nameplates one statement looks up.

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/sqlstore"
+	"github.com/dbflag/leadership/internal/batchtest"
 )
 
 // BatchStats reports how many batches and statements the store has sent.
@@ -28,5 +28,5 @@ func (s *Store) SetStatementPerFlag(on bool) { s.statementPerFlag = on }
 // that queued together (sorted by name, runs of distinct names sent as
 // one statement each), and returns their results in reqs' order.
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
-	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
+	return batchtest.SendTogether(ctx, s.sendBatch, reqs...)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/sqlstore"
+	"github.com/dbflag/leadership/internal/batchtest"
 )
 
 // FakeClock is a clock for tests. Its host and wall clocks follow the
@@ -118,5 +118,5 @@ func (s *Store) SetMaxBatch(n int) { s.batch.MaxBatch = n }
 // that queued together (sorted by name), and returns their results in
 // reqs' order.
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
-	return sqlstore.SendTogether(ctx, s.sendBatch, reqs...)
+	return batchtest.SendTogether(ctx, s.sendBatch, reqs...)
 }

@@ -17,7 +17,7 @@ type Guarded interface {
 
 // CheckGuardRules walks the failover guard's rules (docs/failover.md)
 // with the requests of many flags sent as one batch by send (a
-// store's Send, through sqlstore.SendTogether): after a new incarnation
+// store's Send, through SendTogether): after a new incarnation
 // (newIncarnation makes the store see one) the live holder renews at
 // once, takeovers and first acquisitions in the same batch are refused
 // for the hold, which lasts the longest lease of the batch, and then get
