@@ -22,7 +22,9 @@ var BellName = bellName
 // has found, from the nameplate of holder, that it is that store's.
 func (s *Store) WaitOnceOnBell(ctx context.Context, holder string, id int64) error {
 	w := newWatcher(s)
-	w.owners[holder] = id
+	s.pmu.Lock()
+	s.knowledge().owners[holder] = id
+	s.pmu.Unlock()
 	defer w.close()
 	return w.wait(ctx, id)
 }
@@ -51,9 +53,7 @@ func (s *Store) TargetAfterSilence(ctx context.Context, last int64, holders ...s
 	w := newWatcher(s)
 	w.current = last
 	defer w.close()
-	for _, h := range holders {
-		w.silence(h)
-	}
+	s.silenceAll(holders)
 	id, _, err := w.target(ctx)
 	return id, err
 }
@@ -71,9 +71,7 @@ var StoreBellName = storeBellName
 func (s *Store) WaitWithSilentHolders(ctx context.Context, id int64, d time.Duration, holders ...string) (cut bool, lasted time.Duration, err error) {
 	w := newWatcher(s)
 	defer w.close()
-	for _, h := range holders {
-		w.silence(h)
-	}
+	s.silenceAll(holders)
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	start := time.Now()
@@ -107,4 +105,14 @@ func ignoreErr(err, target error) error {
 		return nil
 	}
 	return err
+}
+
+// silenceAll marks holders silent, as when their nameplates were found
+// free.
+func (s *Store) silenceAll(holders []string) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	for _, h := range holders {
+		s.silence(h)
+	}
 }

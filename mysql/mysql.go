@@ -217,13 +217,19 @@
 //     holder of that store, else the store most of them wait on. Every
 //     flag of the store waiting on any holder name of that store is
 //     woken by its releases, so a process whose flags lead under the
-//     default process names (one per flag) is followed through one bell;
-//     flags waiting on other stores (other processes) poll. When no flag
-//     waits on a holder of the current store any more (one took the row
-//     over, saw another holder, or was closed), the wait is cut short
-//     (the driver closes the connection) and the watcher moves, on a new
-//     connection; a holder seen during a wait is looked up on another
-//     connection of the pool, once, to decide that. When granted, it
+//     default process names (one per flag) is followed through one bell.
+//     Flags waiting on other leading stores (other processes) are
+//     followed by helpers of the watcher, one per store, each waiting on
+//     that store's bell on a connection of its own: up to four leading
+//     stores are followed at once (the watcher's and three helpers'),
+//     those most flags wait on first; flags waiting on stores beyond the
+//     four poll. When no flag waits on a holder of the current store any
+//     more (one took the row over, saw another holder, or was closed),
+//     the wait is cut short (the driver closes the connection) and the
+//     watcher moves, on a new connection; a helper is stopped likewise; a
+//     holder seen during a wait is looked up on another connection of the
+//     pool, once, to decide that (and again after a pause while its
+//     nameplate is free). When granted, it
 //     releases the lock at once, so that every waiting process is
 //     granted in turn, then reads the free rows once (one SELECT in a
 //     read-only transaction) and wakes the flags waiting on a row that
@@ -231,35 +237,39 @@
 //     process wakes them.
 //
 // Cost: one connection for the bell while the store leads, one for the
-// watcher while it follows, whatever the number of flags; an idle
-// follower's store sends one statement per 5 minutes (the GET_LOCK that
-// timed out), its flags the same polls as without it, plus one lookup
-// when they see a holder name new to it; a release sends one statement
-// on the holder's side (two when it was the store's last) and five on
-// each follower's store (RELEASE_LOCK, then the look: START TRANSACTION,
-// SELECT, COMMIT, and the next GET_LOCK). A bell found not held (granted
-// at once: its store crashed, closed, or has not taken it yet) makes the
-// watcher look at the rows once (the store may have given it up right
-// after its last release) and leave its holders alone for 0.1 s, then
-// fourfold longer up to 30 s while their nameplates stay free, so a
-// crashed holder costs a few statements, not a busy loop. A holder whose
-// nameplate is found free is most likely a new one (a store takes its
-// nameplate just after its first acquire returns): while every holder its
-// flags wait on is in such a pause, the watcher keeps the bell it waited
-// on last, until the first pause ends. A wait cut by a timeout of the client (readTimeout in
-// the DSN) or of the server (max_statement_time, max_execution_time)
-// after t makes later waits last half of t.
+// watcher while it follows and one per helper (one per leading store
+// followed, four at most, fewer on a pool capped below six connections:
+// one stays for the flags' statements), whatever the number of flags; an
+// idle follower's store sends one statement per 5 minutes and followed
+// store (the GET_LOCK that timed out), its flags the same polls as
+// without it, plus one lookup when they see a holder name new to it; a
+// release sends one statement on the holder's side (two when it was the
+// store's last) and five on each follower's store (RELEASE_LOCK, then the
+// look: START TRANSACTION, SELECT, COMMIT, and the next GET_LOCK). A bell
+// found not held (granted at once: its store crashed, closed, or has not
+// taken it yet) makes the watcher or helper look at the rows once (the
+// store may have given it up right after its last release) and leave its
+// holders alone for 0.1 s, then fourfold longer up to 30 s while their
+// nameplates stay free (a helper ends, and one starts again once a
+// holder's nameplate is found held), so a crashed holder costs a few
+// statements, not a busy loop. A holder whose nameplate is found free is
+// most likely a new one (a store takes its nameplate just after its
+// first acquire returns): while every holder its flags wait on is in such
+// a pause, the watcher keeps the bell it waited on last, until the first
+// pause ends. A wait cut by a timeout of the client (readTimeout in the
+// DSN) or of the server (max_statement_time, max_execution_time) after t
+// makes later waits last half of t.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell
 // that falls silent because its connection died (a crash) wakes followers
 // for nothing, and they take over only after the row expires. The hint is
 // lost, and flags learn of the release at their next poll, when the
-// watcher was not waiting at the ring (reading the rows after the
-// previous one, or pausing on a silent bell), waits on another store's
-// bell, when its
-// connection has failed (a server restart, a network failure: it takes a
-// new one after 1 s, doubling up to a minute), when two processes lead
+// watcher or helper was not waiting at the ring (reading the rows after
+// the previous one, or pausing on a silent bell), when the store already
+// follows four other leading stores, when its connection has failed (a
+// server restart, a network failure: it takes a new one after 1 s,
+// doubling up to a minute), when two processes lead
 // under one holder name (only one holds its nameplate; the other tries
 // again after 1 s, doubling up to a minute), between this version and an
 // earlier one that rang a lock per holder name (during a rolling
@@ -326,13 +336,16 @@ type Store struct {
 	watchKick chan struct{}
 	wstop     context.CancelFunc // non-nil while the watcher runs
 	wexited   chan struct{}
-	// The watcher's wait in progress: the connection id of the bell it
-	// waits on, the owners of the holders' nameplates it knew then, and
-	// how to cut it short.
+	// What the watcher and its helpers know of the holders' nameplates.
+	plates nameplates
+	// The watcher's bell: the connection id of the bell it waits on or
+	// chose last (0: none), the database of its connection, and how to
+	// cut its wait in progress short.
 	waitID     int64
-	waitOwners map[string]int64
 	waitDB     string
 	waitCancel context.CancelFunc
+	// The helpers of the watcher that runs (helper.go); nil when none runs.
+	helpers *helpers
 	// Holders seen during the wait, to look up on the pool (lookUp).
 	lookups   map[string]bool
 	lookingUp bool

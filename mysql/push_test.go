@@ -102,47 +102,21 @@ func TestACrashedHolderIsNoRelease(t *testing.T) {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
 	acquired := time.Now()
-	admin := openDB(t, dsn)
-	var dbName string
-	if err := admin.QueryRow(`SELECT DATABASE()`).Scan(&dbName); err != nil {
-		t.Fatal(err)
-	}
-	bell := mysql.BellName(dbName, "crashed")
-	var owner sql.NullInt64
-	for deadline := time.Now().Add(5 * time.Second); !owner.Valid; time.Sleep(10 * time.Millisecond) {
-		if err := admin.QueryRow(`SELECT IS_USED_LOCK(?)`, bell).Scan(&owner); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the holder's store did not take its bell")
-		}
-	}
-
+	owner := bellOwner(t, openDB(t, dsn), "crashed")
 	store := newStore(t, openDB(t, dsn))
 	follower := buildFlag(t, store, "crash", lease, 500*time.Millisecond)
 	if follower.Raised() {
 		t.Fatal("the follower raised while the row is held")
 	}
 	time.Sleep(300 * time.Millisecond) // the watcher now waits on the bell
-	before := store.WatchStatements()
-	if _, err := admin.Exec(`KILL ?`, owner.Int64); err != nil {
-		t.Fatalf("kill the bell's connection %d: %v", owner.Int64, err)
-	}
-	if err := follower.Wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	raised := time.Now()
-	if early := acquired.Add(lease).Sub(raised); early > 0 {
-		t.Fatalf("the follower took over %v before the crashed holder's row expired", early)
-	}
-	sent := store.WatchStatements() - before
+	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease))
 	t.Logf("takeover %v after the acquire of a %v lease; the watcher sent %d statements meanwhile and heard %d rings",
-		raised.Sub(acquired), lease, sent, store.WatchRings())
+		took, lease, sent, store.WatchRings())
 	// About: the ring of the kill (RELEASE_LOCK, a look of three), then a
 	// GET_LOCK and a RELEASE_LOCK at once and after pauses of 0.1 s,
 	// 0.4 s, 1.6 s, 6.4 s, …: 12 in 4 s.
 	if sent > 16 {
-		t.Errorf("the watcher sent %d statements in %v: it should leave a silent bell alone", sent, raised.Sub(acquired))
+		t.Errorf("the watcher sent %d statements in %v: it should leave a silent bell alone", sent, took)
 	}
 }
 
@@ -169,13 +143,7 @@ func TestTheWatcherAndTheBellHoldOneConnectionEach(t *testing.T) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	least, most := 1<<30, 0
-	for range 20 {
-		n := db.Stats().InUse
-		least, most = min(least, n), max(most, n)
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Logf("connections in use: %d to %d", least, most)
+	least, most := connectionsInUse(t, db)
 	if least != 2 || most > 3 {
 		t.Errorf("connections in use: %d to %d, want 2 at rest (the bell's and the watcher's), 3 at most during an attempt", least, most)
 	}
@@ -428,10 +396,14 @@ func TestABellFoundFreeMakesTheWatcherLookAtTheRows(t *testing.T) {
 // store's releases until the flags' poll. (Seen once in the full suite
 // under -race: two of the eight followers of
 // TestAShutdownWakesTheFollowersOfEveryFlag raised at their 5 s poll.)
+// The follower's pool is capped at two connections, so that its store
+// runs no watcher of its own beside the one the test runs.
 func TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	leading, following := newStore(t, openDB(t, dsn)), newStore(t, openDB(t, dsn))
+	capped := openDB(t, dsn)
+	capped.SetMaxOpenConns(2)
+	leading, following := newStore(t, openDB(t, dsn)), newStore(t, capped)
 	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
 	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
 		t.Fatal("the leading store's flag should lead, the other follow")
@@ -487,4 +459,213 @@ func TestAWaitOnABellOutlivesSilentHolders(t *testing.T) {
 		t.Fatalf("the wait lasted %v with a holder paused for 0.1 s; want it to end with the pause (at least 1 s), not after bellWait", lasted)
 	}
 	t.Logf("the wait ended by itself after %v", lasted)
+}
+
+// followStores builds n leading stores, each a process of its own with one
+// flag under its default process name, and one store that follows the n
+// flags. It returns the leaders, in descending order of their holder
+// names (the reverse of the order the watcher prefers on a tie), the
+// followers in the same order, and the follower's pool.
+func followStores(t *testing.T, n int, lease, poll time.Duration) (leaders, followers []*leadership.Flag, db *sql.DB) {
+	t.Helper()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	db = openDB(t, dsn)
+	following := newStore(t, db)
+	type pair struct{ leader, follower *leadership.Flag }
+	pairs := make([]pair, n)
+	for i := range pairs {
+		name := string(rune('a' + i))
+		pairs[i] = pair{buildFlag(t, newStore(t, openDB(t, dsn)), name, lease, poll), buildFlag(t, following, name, lease, poll)}
+		if !pairs[i].leader.Raised() || pairs[i].follower.Raised() {
+			t.Fatalf("flag %s: the leading store's flag should lead, the other follow", name)
+		}
+	}
+	sort.Slice(pairs, func(i, j int) bool { return pairs[i].leader.Process() > pairs[j].leader.Process() })
+	for _, p := range pairs {
+		leaders, followers = append(leaders, p.leader), append(followers, p.follower)
+	}
+	return leaders, followers, db
+}
+
+// TestAFollowerHearsTheReleasesOfEveryStoreItWaitsOn has one store follow
+// four flags, each led by a process of its own, and closes the leaders one
+// after the other: the store waits on the bells of the four leading
+// stores at once (one connection each), so every handover comes well
+// before the follower's poll, whichever store releases first. Then the
+// store leads the four flags, and the helpers' connections are back in
+// the pool: two stay in use, the bell's and the watcher's.
+func TestAFollowerHearsTheReleasesOfEveryStoreItWaitsOn(t *testing.T) {
+	t.Parallel()
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leaders, followers, db := followStores(t, 4, lease, poll)
+	time.Sleep(500 * time.Millisecond) // the watcher now waits on the four bells
+	for i := range leaders {
+		took := handOver(t, leaders[i], followers[i], poll, "the bell of its leading store should have woken the follower")
+		t.Logf("handover from %s took %v", leaders[i].Process(), took)
+	}
+	waitForConnections(t, db, 2, "the bell's and the watcher's; the helpers' should be back in the pool")
+}
+
+// connectionsInUse samples db's connections in use for half a second and
+// returns the fewest and the most.
+func connectionsInUse(t *testing.T, db *sql.DB) (least, most int) {
+	t.Helper()
+	least = 1 << 30
+	for range 20 {
+		n := db.Stats().InUse
+		least, most = min(least, n), max(most, n)
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Logf("connections in use: %d to %d", least, most)
+	return least, most
+}
+
+// waitForConnections fails the test unless db has want connections in use
+// within 5 s. why says which.
+func waitForConnections(t *testing.T, db *sql.DB, want int, why string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for db.Stats().InUse != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections in use, want %d: %s", db.Stats().InUse, want, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAHelperLeavesACrashedStoreAlone has a store follow three flags: two
+// led by one process (the watcher's bell) and one by another, followed by
+// a helper, which then "crashes": its bell's connection is killed and its
+// row is never renewed nor released. The helper hears the bell fall
+// silent and ends, without a busy loop on the silent bell: no takeover
+// before the row expires, a few statements meanwhile, and once the row is
+// taken over only the watcher's connection and the new bell's stay in use.
+func TestAHelperLeavesACrashedStoreAlone(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	ctx := context.Background()
+	const lease, poll = 4 * time.Second, 500 * time.Millisecond
+	leading := newStore(t, openDB(t, dsn))
+	db := openDB(t, dsn)
+	store := newStore(t, db)
+	for _, name := range []string{"a", "b"} {
+		if f := buildFlag(t, leading, name, 30*time.Second, poll); !f.Raised() {
+			t.Fatal("the leading store's flag did not raise")
+		}
+		if f := buildFlag(t, store, name, 30*time.Second, poll); f.Raised() {
+			t.Fatal("the follower raised")
+		}
+	}
+	crashed := newStore(t, openDB(t, dsn))
+	res, err := crashed.Acquire(ctx, leadership.Request{Name: "crash", Holder: "crashed", Lease: lease})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	acquired := time.Now()
+	owner := bellOwner(t, openDB(t, dsn), "crashed")
+	follower := buildFlag(t, store, "crash", lease, poll)
+	if follower.Raised() {
+		t.Fatal("the follower raised while the row is held")
+	}
+	waitForConnections(t, db, 2, "the watcher's and its helper's")
+	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease))
+	t.Logf("takeover %v after the acquire of a %v lease; the watcher and its helper sent %d statements meanwhile",
+		took, lease, sent)
+	// About: the ring of the kill (RELEASE_LOCK, a look of three), the
+	// bell found free (GET_LOCK, RELEASE_LOCK, a look of three), then a
+	// lookup on the pool after pauses of 0.1 s, 0.4 s, 1.6 s: 13 in 4 s.
+	if sent > 20 {
+		t.Errorf("the watcher and its helper sent %d statements in %v: they should leave a silent bell alone", sent, took)
+	}
+	waitForConnections(t, db, 2, "the watcher's and the bell of the flag taken over; the helper's should be back in the pool")
+}
+
+// crash kills the connection owner (the bell's of a holder's store, as
+// its crash does) through admin, waits for follower, a flag of store, to
+// take the row over, and fails the test if it did so before expires, the
+// end of the crashed holder's lease. It returns how many statements
+// store's watcher and helpers sent from the kill to the takeover, and how
+// long that took.
+func crash(t *testing.T, admin *sql.DB, owner int64, store *mysql.Store, follower *leadership.Flag, expires time.Time) (sent int64, took time.Duration) {
+	t.Helper()
+	before, killed := store.WatchStatements(), time.Now()
+	if _, err := admin.Exec(`KILL ?`, owner); err != nil {
+		t.Fatalf("kill the bell's connection %d: %v", owner, err)
+	}
+	if err := follower.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if early := time.Until(expires); early > 0 {
+		t.Fatalf("the follower took over %v before the crashed holder's row expired", early)
+	}
+	return store.WatchStatements() - before, time.Since(killed)
+}
+
+// bellOwner returns the connection id of the owner of the nameplate of
+// holder, once its store has taken it.
+func bellOwner(t *testing.T, db *sql.DB, holder string) int64 {
+	t.Helper()
+	var dbName string
+	if err := db.QueryRow(`SELECT DATABASE()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	var owner sql.NullInt64
+	for deadline := time.Now().Add(5 * time.Second); !owner.Valid; time.Sleep(10 * time.Millisecond) {
+		if err := db.QueryRow(`SELECT IS_USED_LOCK(?)`, mysql.BellName(dbName, holder)).Scan(&owner); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store of %s did not take its nameplate", holder)
+		}
+	}
+	return owner.Int64
+}
+
+// TestTheWatcherFollowsFourStoresAtMost has one store follow six flags,
+// each led by a process of its own: at rest its watcher holds four
+// connections of the pool (one per leading store it follows, no more),
+// and the flags of the two stores it does not follow still take over at
+// their poll.
+func TestTheWatcherFollowsFourStoresAtMost(t *testing.T) {
+	t.Parallel()
+	const lease, poll = 30 * time.Second, 2 * time.Second
+	leaders, followers, db := followStores(t, 6, lease, poll)
+	time.Sleep(500 * time.Millisecond)
+	least, most := connectionsInUse(t, db)
+	if least != 4 || most > 5 {
+		t.Errorf("connections in use: %d to %d, want 4 at rest (a watcher's per leading store, four at most), 5 at most during an attempt", least, most)
+	}
+	for _, l := range leaders {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*poll)
+	defer cancel()
+	for i, f := range followers {
+		if err := f.Wait(ctx); err != nil {
+			t.Fatalf("follower %d did not take over: %v", i, err)
+		}
+	}
+}
+
+// TestAHelperStopsWhenNoFlagWaitsOnItsStore has a store follow four flags,
+// each led by a process of its own, then closes three of its four flags
+// while their leaders go on leading: the watcher and its helpers stop
+// waiting on the bells of those three stores and give their connections
+// back (one stays in use), and a release by the fourth store still wakes
+// the last flag well before its poll.
+func TestAHelperStopsWhenNoFlagWaitsOnItsStore(t *testing.T) {
+	t.Parallel()
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leaders, followers, db := followStores(t, 4, lease, poll)
+	waitForConnections(t, db, 4, "the watcher's and its three helpers'")
+	for _, f := range followers[:3] {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForConnections(t, db, 1, "the bell of the one store still followed")
+	took := handOver(t, leaders[3], followers[3], poll, "the bell of its leading store should have woken the follower")
+	t.Logf("handover from %s took %v", leaders[3].Process(), took)
 }

@@ -55,7 +55,8 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 		ctx, stop := context.WithCancel(s.ctx)
 		s.watchKick = make(chan struct{}, 1)
 		s.wstop, s.wexited = stop, make(chan struct{})
-		go s.watch(ctx, s.watchKick, s.wexited)
+		s.helpers = s.newHelpers(ctx)
+		go s.watch(ctx, s.helpers, s.watchKick, s.wexited)
 	}
 	s.pmu.Unlock()
 	var done bool
@@ -92,13 +93,15 @@ func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 func (s *Store) HintsOtherProcesses() bool { return s.watching.Load() }
 
 // watch runs the watcher until ctx ends or the server refuses its
-// GET_LOCK (the flags then poll, as without it). When its connection
+// GET_LOCK (the flags then poll, as without it), and stops its helpers
+// then. When its connection
 // fails (a server restart, a network failure, a statement timeout), it
 // takes a new one after a pause of 1 s, doubling up to a minute.
-func (s *Store) watch(ctx context.Context, kicked <-chan struct{}, exited chan<- struct{}) {
+func (s *Store) watch(ctx context.Context, set *helpers, kicked <-chan struct{}, exited chan<- struct{}) {
 	defer close(exited)
 	s.watching.Store(true)
 	defer s.watching.Store(false)
+	defer s.stopHelpers(set)
 	w := newWatcher(s)
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
@@ -148,25 +151,31 @@ func refused(err error) bool {
 	return true
 }
 
-// watcher is the state of one watch.
+// watcher is the state of one watch: the watcher's own (watch) or a
+// helper's (helper.go). What is known of the holders' nameplates is the
+// store's, shared by both (nameplates).
 type watcher struct {
 	s       *Store
 	conn    *sql.Conn
 	db      string           // DATABASE() of conn
 	current int64            // the bell it waited on last, by its store's connection id
-	owners  map[string]int64 // holder → the connection id of its store's bell (its nameplate's owner)
-	// Holders whose nameplate or bell was found not held: when to look
-	// again, and the pause, which grows while they stay so.
-	silent  map[string]time.Time
-	pause   map[string]time.Duration
 	waitFor time.Duration    // the wait of GET_LOCK, when shorter than bellWait
 	looked  bool             // whether a look has been made
 	free    map[string]int64 // free rows at the last look: name → version
 }
 
-// newWatcher returns a watcher of s that knows nothing yet.
-func newWatcher(s *Store) watcher {
-	return watcher{s: s, owners: make(map[string]int64), silent: make(map[string]time.Time), pause: make(map[string]time.Duration)}
+// newWatcher returns a watcher of s that has no connection yet.
+func newWatcher(s *Store) watcher { return watcher{s: s} }
+
+// nameplates is what the watcher and its helpers know of the holders the
+// store's flags wait on, under the store's pmu.
+type nameplates struct {
+	owners map[string]int64 // holder → the connection id of its store's bell (its nameplate's owner)
+	// Holders whose nameplate or bell was found not held: when to look
+	// again, and the pause, which grows while they stay so.
+	silent map[string]time.Time
+	pause  map[string]time.Duration
+	due    map[string]bool // looked up again after their pause (lookUpAfterPause)
 }
 
 // resolveChunk is the most nameplates one statement looks up.
@@ -177,23 +186,29 @@ const resolveChunk = 100
 // that store, else the bell of the store most of the store's flags wait
 // on (the one whose first holder by name comes first on a tie), leaving
 // out holders this store leads under (their releases wake its flags in
-// process) and holders found silent. It looks up (IS_USED_LOCK) the
-// nameplates of holders it has not seen yet. It returns 0 and when to
-// look again when there is none.
+// process), holders found silent, and the bells helpers wait on. It looks
+// up (IS_USED_LOCK) the nameplates of holders not known yet, then has
+// helpers wait on the bells of the other stores (helpWith). It returns 0
+// and when to look again when there is none.
 func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
-	waited := w.waited()
+	s := w.s
+	s.pmu.Lock()
+	waited := s.waitedHolders()
 	last := w.current
 	for h := range waited {
-		if last != 0 && w.owners[h] == last {
-			return last, w.silentWake(waited), nil
+		if last != 0 && s.plates.owners[h] == last {
+			s.follow(last)
+			s.pmu.Unlock()
+			return last, s.silentWake(waited), nil
 		}
 	}
 	var unknown []string
 	for h := range waited {
-		if _, ok := w.owners[h]; !ok && !w.isSilent(h) {
+		if _, ok := s.plates.owners[h]; !ok && !s.isSilent(h) {
 			unknown = append(unknown, h)
 		}
 	}
+	s.pmu.Unlock()
 	sort.Strings(unknown)
 	for len(unknown) > 0 {
 		n := min(len(unknown), resolveChunk)
@@ -202,25 +217,19 @@ func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 		}
 		unknown = unknown[n:]
 	}
-	count := make(map[int64]int)
-	first := make(map[int64]string)
-	for h, n := range waited {
-		id, ok := w.owners[h]
-		if !ok || w.isSilent(h) {
-			continue
-		}
-		count[id] += n
-		if f, seen := first[id]; !seen || h < f {
-			first[id] = h
-		}
-	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	count, first := s.countByBell(waited)
 	w.current = 0
 	for id := range count {
+		if s.helps(id) {
+			continue
+		}
 		if w.current == 0 || count[id] > count[w.current] || count[id] == count[w.current] && first[id] < first[w.current] {
 			w.current = id
 		}
 	}
-	if w.current == 0 && last != 0 && w.anySilent(waited) {
+	if w.current == 0 && last != 0 && !s.helps(last) && s.anySilent(waited) {
 		// Every holder still waited on was found without its nameplate:
 		// most likely new holders of the store waited on last, which
 		// take their nameplates just after their first acquire returns.
@@ -228,75 +237,120 @@ func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 		// watcher keeps its bell until their pause ends (see wait).
 		w.current = last
 	}
-	return w.current, w.silentWake(waited), nil
+	s.follow(w.current)
+	return w.current, s.silentWake(waited), nil
 }
 
-// anySilent reports whether a holder of waited is in its pause.
-func (w *watcher) anySilent(waited map[string]int) bool {
+// countByBell counts, for each bell, the store's flags waiting on holders
+// known to be of its store, from waited (flags per holder), and names the
+// first of those holders by name. Called with s.pmu held.
+func (s *Store) countByBell(waited map[string]int) (count map[int64]int, first map[int64]string) {
+	count, first = make(map[int64]int), make(map[int64]string)
+	for h, n := range waited {
+		id, ok := s.plates.owners[h]
+		if !ok || s.isSilent(h) {
+			continue
+		}
+		count[id] += n
+		if f, seen := first[id]; !seen || h < f {
+			first[id] = h
+		}
+	}
+	return count, first
+}
+
+// anySilent reports whether a holder of waited is in its pause. Called
+// with s.pmu held.
+func (s *Store) anySilent(waited map[string]int) bool {
 	for h := range waited {
-		if w.isSilent(h) {
+		if s.isSilent(h) {
 			return true
 		}
 	}
 	return false
 }
 
-// waited counts the store's flags waiting on each holder, leaving out the
-// holders the store leads under, and forgets what it knew of holders no
-// flag waits on any more.
-func (w *watcher) waited() map[string]int {
-	names := w.s.hub.Names()
-	w.s.pmu.Lock()
-	defer w.s.pmu.Unlock()
+// waitedHolders counts the store's flags waiting on each holder, leaving
+// out the holders the store leads under, and forgets what was known of
+// holders no flag waits on any more. Called with s.pmu held.
+func (s *Store) waitedHolders() map[string]int {
 	own := make(map[string]bool)
-	for t := range w.s.leading {
+	for t := range s.leading {
 		own[t.holder] = true
 	}
 	count := make(map[string]int)
-	for _, name := range names {
-		if h, ok := w.s.waitsOn[name]; ok && !own[h] {
+	for _, name := range s.hub.Names() {
+		if h, ok := s.waitsOn[name]; ok && !own[h] {
 			count[h]++
 		}
 	}
-	for h := range w.owners {
+	p := &s.plates
+	for h := range p.owners {
 		if count[h] == 0 {
-			delete(w.owners, h)
+			delete(p.owners, h)
 		}
 	}
-	for h := range w.silent {
+	for h := range p.silent {
 		if count[h] == 0 {
-			delete(w.silent, h)
-			delete(w.pause, h)
+			delete(p.silent, h)
+			delete(p.pause, h)
 		}
 	}
 	return count
 }
 
 // isSilent reports whether holder's pause after a silent nameplate or
-// bell still runs.
-func (w *watcher) isSilent(holder string) bool {
-	until, quiet := w.silent[holder]
+// bell still runs. Called with s.pmu held.
+func (s *Store) isSilent(holder string) bool {
+	until, quiet := s.plates.silent[holder]
 	return quiet && time.Now().Before(until)
 }
 
 // silentWake is when the first pause of a waited holder ends, or an hour
-// from now.
-func (w *watcher) silentWake(waited map[string]int) time.Time {
+// from now. Called with s.pmu held.
+func (s *Store) silentWake(waited map[string]int) time.Time {
 	wake := time.Now().Add(time.Hour)
 	for h := range waited {
-		if w.isSilent(h) {
-			wake = minTime(wake, w.silent[h])
+		if s.isSilent(h) {
+			wake = minTime(wake, s.plates.silent[h])
 		}
 	}
 	return wake
 }
 
 // silence starts or lengthens holder's pause: 0.1 s, then fourfold up to
-// silentMax while it stays silent.
-func (w *watcher) silence(holder string) {
-	pause := min(max(w.pause[holder]*4, silentFirst), silentMax)
-	w.pause[holder], w.silent[holder] = pause, time.Now().Add(pause)
-	delete(w.owners, holder)
+// silentMax while it stays silent. It returns when the pause ends.
+// Called with s.pmu held.
+func (s *Store) silence(holder string) time.Time {
+	p := s.knowledge()
+	pause := min(max(p.pause[holder]*4, silentFirst), silentMax)
+	p.pause[holder], p.silent[holder] = pause, time.Now().Add(pause)
+	delete(p.owners, holder)
+	return p.silent[holder]
+}
+
+// knowledge returns s.plates, its maps made. Called with s.pmu held.
+func (s *Store) knowledge() *nameplates {
+	p := &s.plates
+	if p.owners == nil {
+		p.owners, p.silent, p.pause, p.due = make(map[string]int64), make(map[string]time.Time), make(map[string]time.Duration), make(map[string]bool)
+	}
+	return p
+}
+
+// learn records the owners of the nameplates of holders just looked up:
+// the connection of each one's store's bell, or a silence for a nameplate
+// nobody holds (its holder crashed, closed, or has not taken it yet: a new
+// holder takes it just after its first acquire returns). Called with
+// s.pmu held.
+func (s *Store) learn(owners map[string]int64) {
+	for h, id := range owners {
+		if id == 0 {
+			s.silence(h)
+			continue
+		}
+		s.knowledge().owners[h] = id
+	}
 }
 
 // connect takes the watcher's connection from the pool if it has none.
@@ -314,9 +368,7 @@ func (w *watcher) connect(ctx context.Context) error {
 }
 
 // resolve looks up the owners of the nameplates of holders, in one
-// statement: the connection of each one's store's bell, or a silence for
-// a nameplate nobody holds (its holder crashed, closed, or has not taken
-// it yet: a new holder takes it just after its first acquire returns).
+// statement on the watcher's connection, and records them (learn).
 func (w *watcher) resolve(ctx context.Context, holders []string) error {
 	if err := w.connect(ctx); err != nil {
 		return err
@@ -326,13 +378,9 @@ func (w *watcher) resolve(ctx context.Context, holders []string) error {
 	if err != nil {
 		return err
 	}
-	for h, id := range owners {
-		if id != 0 {
-			w.owners[h] = id
-		} else {
-			w.silence(h)
-		}
-	}
+	w.s.pmu.Lock()
+	w.s.learn(owners)
+	w.s.pmu.Unlock()
 	return nil
 }
 
@@ -369,7 +417,7 @@ func (s *Store) lookUpDuringWait(holder string) {
 	if s.waitCancel == nil {
 		return
 	}
-	if _, known := s.waitOwners[holder]; known {
+	if _, known := s.plates.owners[holder]; known || s.isSilent(holder) {
 		return
 	}
 	for t := range s.leading {
@@ -400,12 +448,15 @@ func (s *Store) lookUp() {
 			return
 		}
 		holders := slices.Sorted(maps.Keys(s.lookups))
-		clear(s.lookups)
+		holders = holders[:min(len(holders), resolveChunk)]
+		for _, h := range holders {
+			delete(s.lookups, h)
+		}
 		db := s.waitDB
 		s.pmu.Unlock()
 		ctx, cancel := context.WithTimeout(s.ctx, bellLookUpTimeout)
 		s.watchStatements.Add(1)
-		owners, err := lookUpNameplates(ctx, s.db, db, holders[:min(len(holders), resolveChunk)])
+		owners, err := lookUpNameplates(ctx, s.db, db, holders)
 		cancel()
 		s.pmu.Lock()
 		if err != nil {
@@ -413,14 +464,50 @@ func (s *Store) lookUp() {
 			s.pmu.Unlock()
 			return
 		}
-		if s.waitCancel != nil {
-			for h, id := range owners {
-				s.waitOwners[h] = id
+		s.learn(owners)
+		var silent []string
+		for h, id := range owners {
+			if id == 0 {
+				silent = append(silent, h)
 			}
-			s.retarget()
 		}
+		s.lookUpAfterPause(silent)
+		s.retarget()
 		s.pmu.Unlock()
 	}
+}
+
+// lookUpAfterPause has holders, just found silent, looked up again on the
+// pool (lookUpDuringWait) when the first of their pauses ends, if the
+// watcher waits then and a flag still waits on them: a new holder takes
+// its nameplate just after its first acquire returns, and a store
+// restarted under the same holder name takes it again. A holder already
+// due for such a lookup is left out. Called with s.pmu held.
+func (s *Store) lookUpAfterPause(holders []string) {
+	p := s.knowledge()
+	var due []string
+	at := time.Now().Add(silentMax)
+	for _, h := range holders {
+		if !p.due[h] && s.isSilent(h) {
+			p.due[h] = true
+			due = append(due, h)
+			at = minTime(at, p.silent[h])
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	time.AfterFunc(time.Until(at), func() {
+		s.pmu.Lock()
+		defer s.pmu.Unlock()
+		waited := s.waitedHolders()
+		for _, h := range due {
+			delete(s.plates.due, h)
+			if waited[h] > 0 {
+				s.lookUpDuringWait(h)
+			}
+		}
+	})
 }
 
 // errBellRefused stops the watcher: GET_LOCK returned NULL.
@@ -432,15 +519,19 @@ var errRetarget = errors.New("no flag waits on a holder of the store of this bel
 // retarget cuts the watcher's wait short when no flag of the store waits
 // on a holder of the store whose bell it waits on any more (a flag took
 // the row over, learned of another holder, or was closed), so that it
-// waits on the bell of a store they now wait on. A holder the watcher has
-// not looked up yet is presumed to be of that store until the next ring
-// (the flags of one process, under default process names, each have
-// their own holder name, learned one after the other), and so is one
-// whose nameplate was found free, until its pause ends (a new holder
-// takes its nameplate just after its first acquire returns). The driver then closes
-// the connection, and the watcher takes a new one: this happens only when
-// the holders change without a ring. Called with s.pmu held.
+// waits on the bell of a store they now wait on. A holder not looked up
+// yet is presumed to be of that store until the next ring (the flags of
+// one process, under default process names, each have their own holder
+// name, learned one after the other), and so is one whose nameplate was
+// found free, until its pause ends (a new holder takes its nameplate just
+// after its first acquire returns). The driver then closes the
+// connection, and the watcher takes a new one: this happens only when
+// the holders change without a ring. It also has helpers started and
+// stopped (manageHelpers). Called with s.pmu held.
 func (s *Store) retarget() {
+	if s.helpers != nil {
+		kick(s.helpers.kick)
+	}
 	if s.waitCancel == nil {
 		return
 	}
@@ -449,7 +540,7 @@ func (s *Store) retarget() {
 		if !ok {
 			continue
 		}
-		if owner, known := s.waitOwners[h]; !known || owner == s.waitID || owner == 0 {
+		if owner, known := s.plates.owners[h]; !known || owner == s.waitID {
 			return
 		}
 	}
@@ -462,96 +553,105 @@ func (s *Store) retarget() {
 // once and wakes the flags whose row became free, whichever holder
 // released it. A bell granted at once is not held: the watcher looks at
 // the rows once, leaves its holders alone for a while, then looks their
-// nameplates up again. It
-// returns an error when the connection or the server failed.
+// nameplates up again. It returns an error when the connection or the
+// server failed.
 func (w *watcher) wait(ctx context.Context, id int64) error {
 	if err := w.connect(ctx); err != nil {
 		return err
 	}
-	name := storeBellName(id)
-	holders := make(map[string]bool)
-	for h, owner := range w.owners {
-		if owner == id {
-			holders[h] = true
-		}
-	}
-	owners := maps.Clone(w.owners)
+	s := w.s
 	waitFor := w.waitFor
 	if waitFor == 0 {
 		waitFor = bellWait
 	}
-	for h := range w.silent {
-		if w.isSilent(h) {
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.pmu.Lock()
+	var holders []string
+	for h, owner := range s.plates.owners {
+		if owner == id {
+			holders = append(holders, h)
+		}
+	}
+	for h, until := range s.plates.silent {
+		if s.isSilent(h) {
 			// Known: its nameplate was free. Presumed of this bell until
 			// its pause ends (see retarget); the wait ends then, so that
 			// target looks its nameplate up again.
-			owners[h] = 0
-			waitFor = min(waitFor, max(time.Until(w.silent[h]).Round(time.Second), time.Second))
+			waitFor = min(waitFor, max(time.Until(until).Round(time.Second), time.Second))
 		}
 	}
-	var (
-		used bool
-		got  sql.NullInt64
-	)
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w.s.pmu.Lock()
-	w.s.waitCancel, w.s.waitID, w.s.waitOwners, w.s.waitDB = cancel, id, owners, w.db
-	for _, n := range w.s.hub.Names() { // holders seen since target() looked
-		if h, ok := w.s.waitsOn[n]; ok {
-			w.s.lookUpDuringWait(h)
+	s.waitCancel, s.waitID, s.waitDB = cancel, id, w.db
+	for _, n := range s.hub.Names() { // holders seen since target() looked
+		if h, ok := s.waitsOn[n]; ok {
+			s.lookUpDuringWait(h)
 		}
 	}
-	w.s.retarget() // a change since target() chose it
-	w.s.pmu.Unlock()
-	// IS_USED_LOCK is evaluated first: whether anyone held the bell when
-	// the wait began.
-	w.s.watchStatements.Add(1)
-	began := time.Now()
-	err := w.conn.QueryRowContext(waitCtx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
-		name, int(waitFor.Seconds()))).Scan(&used, &got)
-	w.s.pmu.Lock()
-	w.s.waitCancel = nil
-	w.s.pmu.Unlock()
+	s.retarget() // a change since target() chose it
+	s.pmu.Unlock()
+	used, got, err := w.hear(waitCtx, id, waitFor)
+	s.pmu.Lock()
+	s.waitCancel = nil
+	s.pmu.Unlock()
 	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
 		return errRetarget
 	}
-	if waited := time.Since(began); err != nil && waited >= 2*time.Second && !refused(err) {
-		// A wait cut by a timeout of the client (readTimeout in the DSN)
-		// or the server (max_statement_time): later waits end first, with
-		// half the timeout to spare for a loaded machine's delays.
-		w.waitFor = max(waited/2, time.Second).Truncate(time.Second)
+	if err != nil || !got {
+		return err // nothing released for waitFor when nil
 	}
-	if err != nil {
-		return err
-	}
-	if !got.Valid {
-		return errBellRefused
-	}
-	if got.Int64 == 0 {
-		return nil // nothing released for bellWait
-	}
-	w.s.watchStatements.Add(1)
-	var released sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK('`+name+`')`).Scan(&released); err != nil {
-		return err
-	}
-	if !used {
-		for h := range holders {
-			w.silence(h)
+	s.pmu.Lock()
+	for _, h := range holders {
+		if used {
+			delete(s.plates.pause, h)
+			delete(s.plates.silent, h)
+		} else {
+			s.silence(h)
 		}
+	}
+	s.pmu.Unlock()
+	if !used {
 		w.current = 0
 		// The store may have given its bell up right after its last
 		// release, while the watcher was looking after the ring before:
 		// look once more.
 		return w.look(ctx)
 	}
-	for h := range holders {
-		delete(w.pause, h)
-		delete(w.silent, h)
-	}
-	w.s.watchRings.Add(1)
+	s.watchRings.Add(1)
 	return w.look(ctx)
+}
+
+// hear waits up to waitFor on the bell of the store whose bell
+// connection has the id id, on the watcher's connection. It reports
+// whether anyone held the bell when the wait began (IS_USED_LOCK is
+// evaluated first) and whether it was granted; when granted, it passes
+// the bell on at once (RELEASE_LOCK), so that every waiting process is
+// granted in turn. A wait cut after t by a timeout of the client
+// (readTimeout in the DSN) or the server (max_statement_time) makes later
+// waits end first, with half of t to spare for a loaded machine's delays.
+func (w *watcher) hear(ctx context.Context, id int64, waitFor time.Duration) (used, got bool, err error) {
+	name := storeBellName(id)
+	w.s.watchStatements.Add(1)
+	began := time.Now()
+	var granted sql.NullInt64
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT IS_USED_LOCK('%s') IS NOT NULL, GET_LOCK('%[1]s', %d)`,
+		name, int(waitFor.Seconds()))).Scan(&used, &granted)
+	if waited := time.Since(began); err != nil && ctx.Err() == nil && waited >= 2*time.Second && !refused(err) {
+		w.waitFor = max(waited/2, time.Second).Truncate(time.Second)
+	}
+	switch {
+	case err != nil:
+		return false, false, err
+	case !granted.Valid:
+		return false, false, errBellRefused
+	case granted.Int64 == 0:
+		return used, false, nil
+	}
+	w.s.watchStatements.Add(1)
+	var released sql.NullInt64
+	if err := w.conn.QueryRowContext(ctx, `SELECT RELEASE_LOCK('`+name+`')`).Scan(&released); err != nil {
+		return false, false, err
+	}
+	return used, true, nil
 }
 
 // look lists the free rows (no holder) in a read-only transaction of its
