@@ -227,6 +227,13 @@ func mysqlBenchmark(dsn string) string {
 	return goBenchmark("./mysql", "ConcurrentRenewals", "1s", "LEADERSHIP_TEST_MYSQL_DSN="+dsn)
 }
 
+// mysqlFollowBenchmark runs the mysql package's benchmark of graceful
+// handovers to a store that follows four leading stores, with its watcher
+// and helpers and with room for the watcher alone, on the server of dsn.
+func mysqlFollowBenchmark(dsn string) string {
+	return goBenchmark("./mysql", "HandoverFromFourStores", "12x", "LEADERSHIP_TEST_MYSQL_DSN="+dsn)
+}
+
 // goBenchmark runs the benchmarks matching pattern of the root module's
 // package pkg three times with go test, when the go command and the root
 // module are at hand, with env added to the environment, and returns the

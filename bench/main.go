@@ -209,6 +209,7 @@ func run(o options) error {
 		}
 		if slices.ContainsFunc(targets, func(t target) bool { return t.kind == "mysql" }) {
 			r.mysqlBench = mysqlBenchmark(o.my)
+			r.mysqlFollowBench = mysqlFollowBenchmark(o.my)
 		}
 	}
 

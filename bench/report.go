@@ -31,6 +31,7 @@ type report struct {
 	sqliteBench        string // many flags of one SQLite store
 	postgresBench      string // many flags of one PostgreSQL store
 	mysqlBench         string // many flags of one MySQL store
+	mysqlFollowBench   string // handovers to a MySQL store following four others
 	crash, graceful    []result
 	stall              []result
 	load               []loadRow
@@ -134,6 +135,16 @@ func (r *report) markdown() string {
 		p("| %s | %s | %d | %s | %s | %s |", c.db, implName(c.impl), len(c.ds), ms(med), ms(lo), ms(hi))
 	}
 	p("")
+	if r.mysqlFollowBench != "" {
+		p("### MySQL: a follower of four processes")
+		p("")
+		p("The mysql package's benchmark, `go test -run '^$' -bench HandoverFromFourStores -benchmem -benchtime 12x -count 3 ./mysql` (with `LEADERSHIP_TEST_MYSQL_DSN`): four stores on pools of their own (four processes) each lead one flag under its default process name, and one store follows the four flags (lease 6 s, default poll interval 2 s). Each round closes the next leader in turn and times its `Close` to the follower raising. `pool=default` is the store as shipped: its watcher waits on one leading store's bell, and a helper on each other's, one connection each. `pool=3` caps the follower's pool at three connections, room for the watcher alone, as before helpers: the releases of the one store it waits on wake the follower at once, the others' reach it at its poll. ns/op is the mean handover, ms/handover the median, max-ms the slowest, polled/handover the share that took over half a second.")
+		p("")
+		p("```")
+		p("%s", r.mysqlFollowBench)
+		p("```")
+		p("")
+	}
 
 	p("### Stall: SIGSTOP of the holder")
 	p("")

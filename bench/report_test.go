@@ -30,10 +30,11 @@ func fixedReport(quick bool) *report {
 		notes:   []string{"n1"},
 		raised: []benchResult{{name: "a", ns: []float64{3, 1, 2, 4}, allocs: []int64{0, 1}, base: []float64{3, 2, 1, 2}},
 			{name: "c", ns: []float64{5}, allocs: []int64{0}}, {name: "b", err: boom}},
-		rootBench:     "BenchmarkX 1 ns/op",
-		sqliteBench:   "BenchmarkY 2 ns/op",
-		postgresBench: "BenchmarkZ 3 ns/op",
-		mysqlBench:    "BenchmarkW 4 ns/op",
+		rootBench:        "BenchmarkX 1 ns/op",
+		sqliteBench:      "BenchmarkY 2 ns/op",
+		postgresBench:    "BenchmarkZ 3 ns/op",
+		mysqlBench:       "BenchmarkW 4 ns/op",
+		mysqlFollowBench: "BenchmarkV 5 ns/op",
 		crash: []result{
 			{db: "postgres", impl: "ours", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms, 1601 * ms}},
 			{db: "postgres", impl: "peer", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms}, err: boom},
@@ -57,7 +58,7 @@ func fixedReport(quick bool) *report {
 		timeline: &timelineRun{db: "postgres", lease: 2 * time.Second, notes: []string{"t1"}},
 	}
 	if quick {
-		r.rootBench, r.sqliteBench, r.postgresBench, r.mysqlBench, r.timeline = "", "", "", "", nil
+		r.rootBench, r.sqliteBench, r.postgresBench, r.mysqlBench, r.mysqlFollowBench, r.timeline = "", "", "", "", "", nil
 		r.scale, r.scaleErr = r.scale[:1], nil
 	}
 	return r
