@@ -3,6 +3,8 @@ package mysql
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -21,7 +23,7 @@ var BellName = bellName
 // store whose bell connection has the id id, as the watcher does once it
 // has found, from the nameplate of holder, that it is that store's.
 func (s *Store) WaitOnceOnBell(ctx context.Context, holder string, id int64) error {
-	w := newWatcher(s)
+	w := newWatcher(s, nil)
 	s.pmu.Lock()
 	s.knowledge().owners[holder] = id
 	s.pmu.Unlock()
@@ -50,7 +52,7 @@ func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request)
 // last on the bell of the store whose bell connection has the id last
 // and has just found the nameplates of holders free.
 func (s *Store) TargetAfterSilence(ctx context.Context, last int64, holders ...string) (int64, error) {
-	w := newWatcher(s)
+	w := newWatcher(s, nil)
 	w.current = last
 	defer w.close()
 	s.silenceAll(holders)
@@ -69,7 +71,7 @@ var StoreBellName = storeBellName
 // retarget cut the wait short and how long the wait lasted; a wait still
 // running after d is ended then.
 func (s *Store) WaitWithSilentHolders(ctx context.Context, id int64, d time.Duration, holders ...string) (cut bool, lasted time.Duration, err error) {
-	w := newWatcher(s)
+	w := newWatcher(s, nil)
 	defer w.close()
 	s.silenceAll(holders)
 	wctx, cancel := context.WithTimeout(ctx, d)
@@ -115,4 +117,17 @@ func (s *Store) silenceAll(holders []string) {
 	for _, h := range holders {
 		s.silence(h)
 	}
+}
+
+// FollowedBells is the bells the store's watcher and helpers wait on, by
+// the connection id of their stores' bells: the watcher's first (0 when
+// it has none), then the helpers' in increasing order.
+func (s *Store) FollowedBells() []int64 {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	bells := []int64{s.waitID}
+	if s.helpers != nil {
+		bells = append(bells, slices.Sorted(maps.Keys(s.helpers.stop))...)
+	}
+	return bells
 }

@@ -51,9 +51,10 @@ func (s *Store) newHelpers(ctx context.Context) *helpers {
 	return set
 }
 
-// manageHelpers runs helpWith when retarget asks, once for all the
-// changes since it last ran, until the watcher stops: a change of a flag
-// costs a send on a channel, not a count over every flag of the store.
+// manageHelpers runs helpWith when retarget asks, until the watcher
+// stops: a change of a flag costs a send on a channel, and the count over
+// the store's flags in helpWith runs once for all the changes since it
+// last ran.
 func (s *Store) manageHelpers(set *helpers) {
 	for {
 		select {
@@ -88,10 +89,10 @@ func (s *Store) follow(id int64) {
 
 // helpWith stops the helpers of bells no flag of the store waits on any
 // more, and, while the watcher has a bell, starts helpers for the other
-// bells its flags wait on, those most flags wait on first, as room allows
-// (a running helper is not stopped for a bell more flags wait on). Only
-// holders whose nameplate is known count (see target). Called with s.pmu
-// held.
+// bells its flags wait on, as room allows: of the bells not followed yet,
+// those most flags wait on first. A bell followed is not given up for
+// one more flags wait on. Only holders whose nameplate is known count
+// (see target). Called with s.pmu held.
 func (s *Store) helpWith() {
 	set := s.helpers
 	if set == nil {
@@ -141,15 +142,16 @@ func (s *Store) stopHelpers(set *helpers) {
 }
 
 // help waits on the bell of the store whose bell connection has the id
-// id, on a connection of its own, until ctx ends (helpWith stopped it) or
-// the server refuses GET_LOCK (it stays in set then, so that it is not
-// started again while its bell is followed). Each ring wakes the flags
-// whose row became free, as the watcher's do (look). A bell found not
-// held (its store closed or crashed) makes it look at the rows once, mark
-// the bell's holders silent, and end (silenceBell). When its connection
-// fails, it takes a new one after 1 s, doubling up to a minute.
+// id, on a connection of its own, until ctx ends (helpWith stopped it, or
+// the watcher stopped). Each ring wakes the flags whose row became free,
+// as the watcher's do (look), and ends the pause of the bell's holders. A
+// bell found not held (its store closed or crashed) makes it look at the
+// rows once, mark the bell's holders silent, and end (silenceBell). When
+// its connection or a statement fails, the server's refusal included
+// (too many connections, GET_LOCK returning NULL), it tries again on a
+// new connection after 1 s, doubling up to a minute.
 func (s *Store) help(ctx context.Context, set *helpers, id int64) {
-	w := newWatcher(s)
+	w := newWatcher(s, set)
 	defer w.close()
 	backoff := time.Second
 	for {
@@ -162,14 +164,21 @@ func (s *Store) help(ctx context.Context, set *helpers, id int64) {
 		if err == nil {
 			used, got, err = w.hear(ctx, id, waitFor)
 		}
-		if err == nil && got {
-			if used {
-				s.watchRings.Add(1)
+		if err == nil && got && used {
+			s.watchRings.Add(1)
+			s.pmu.Lock()
+			for h, owner := range s.plates.owners {
+				if owner == id {
+					s.heard(h)
+				}
 			}
+			s.pmu.Unlock()
+		}
+		if err == nil && got {
 			err = w.look(ctx)
 		}
 		if err != nil {
-			if ctx.Err() != nil || refused(err) {
+			if ctx.Err() != nil {
 				return
 			}
 			w.close()

@@ -221,44 +221,48 @@
 //     Flags waiting on other leading stores (other processes) are
 //     followed by helpers of the watcher, one per store, each waiting on
 //     that store's bell on a connection of its own: up to four leading
-//     stores are followed at once (the watcher's and three helpers'),
-//     those most flags wait on first; flags waiting on stores beyond the
-//     four poll. When no flag waits on a holder of the current store any
-//     more (one took the row over, saw another holder, or was closed),
-//     the wait is cut short (the driver closes the connection) and the
-//     watcher moves, on a new connection; a helper is stopped likewise; a
+//     stores are followed at once (the watcher's and three helpers').
+//     When a store needs following and there is room, the one most flags
+//     wait on is chosen first; a store followed is not given up for one
+//     more flags wait on, and flags waiting on stores beyond the four
+//     poll. When no flag waits on a holder of the current store any more
+//     (one took the row over, saw another holder, or was closed), the
+//     wait is cut short (the driver closes the connection) and the
+//     watcher moves, on a new connection; a helper is stopped likewise. A
 //     holder seen during a wait is looked up on another connection of the
-//     pool, once, to decide that (and again after a pause while its
-//     nameplate is free). When granted, it
-//     releases the lock at once, so that every waiting process is
-//     granted in turn, then reads the free rows once (one SELECT in a
-//     read-only transaction) and wakes the flags waiting on a row that
-//     has become free (a new (name, version) pair), as a release in this
-//     process wakes them.
+//     pool, once, to decide that, and again after each pause while its
+//     nameplate is free. When granted, the watcher or helper releases the
+//     lock at once, so that every waiting process is granted in turn,
+//     then reads the free rows once (one SELECT in a read-only
+//     transaction) and wakes the flags waiting on a row that has become
+//     free (a new (name, version) pair), as a release in this process
+//     wakes them.
 //
-// Cost: one connection for the bell while the store leads, one for the
-// watcher while it follows and one per helper (one per leading store
-// followed, four at most, fewer on a pool capped below six connections:
-// one stays for the flags' statements), whatever the number of flags; an
-// idle follower's store sends one statement per 5 minutes and followed
-// store (the GET_LOCK that timed out), its flags the same polls as
-// without it, plus one lookup when they see a holder name new to it; a
-// release sends one statement on the holder's side (two when it was the
-// store's last) and five on each follower's store (RELEASE_LOCK, then the
-// look: START TRANSACTION, SELECT, COMMIT, and the next GET_LOCK). A bell
-// found not held (granted at once: its store crashed, closed, or has not
-// taken it yet) makes the watcher or helper look at the rows once (the
-// store may have given it up right after its last release) and leave its
-// holders alone for 0.1 s, then fourfold longer up to 30 s while their
-// nameplates stay free (a helper ends, and one starts again once a
-// holder's nameplate is found held), so a crashed holder costs a few
-// statements, not a busy loop. A holder whose nameplate is found free is
-// most likely a new one (a store takes its nameplate just after its
-// first acquire returns): while every holder its flags wait on is in such
-// a pause, the watcher keeps the bell it waited on last, until the first
-// pause ends. A wait cut by a timeout of the client (readTimeout in the
-// DSN) or of the server (max_statement_time, max_execution_time) after t
-// makes later waits last half of t.
+// Cost: one connection for the bell while the store leads, and while it
+// follows one per leading store it follows (the watcher's and its
+// helpers': four at most, fewer on a pool capped below six connections,
+// so that one stays for the flags' statements), whatever the number of
+// flags, plus one for a moment for each lookup during a wait; an idle
+// follower's store sends one statement per 5 minutes and store followed
+// (the GET_LOCK that timed out), its flags the same polls as without it,
+// plus one lookup when they see a holder name new to it; a release sends
+// one statement on the holder's side (two when it was the store's last)
+// and five on each follower's store (RELEASE_LOCK, then the look: START
+// TRANSACTION, SELECT, COMMIT, and the next GET_LOCK). A bell found not
+// held (granted at once: its store crashed, closed, or has not taken it
+// yet) makes the watcher or helper look at the rows once (the store may
+// have given it up right after its last release) and leave its holders
+// alone for 0.1 s, then fourfold longer up to 30 s while their
+// nameplates stay free (a helper ends; one starts again once a holder's
+// nameplate is found held, as when its process restarts under the same
+// name), so a crashed holder costs a few statements, not a busy loop. A
+// holder whose nameplate is found free is most likely a new one (a store
+// takes its nameplate just after its first acquire returns): while every
+// holder its flags wait on is in such a pause, the watcher keeps the bell
+// it waited on last, until the first pause ends. A wait cut by a timeout
+// of the client (readTimeout in the DSN) or of the server
+// (max_statement_time, max_execution_time) after t makes later waits last
+// half of t.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell
@@ -267,20 +271,23 @@
 // lost, and flags learn of the release at their next poll, when the
 // watcher or helper was not waiting at the ring (reading the rows after
 // the previous one, or pausing on a silent bell), when the store already
-// follows four other leading stores, when its connection has failed (a
-// server restart, a network failure: it takes a new one after 1 s,
-// doubling up to a minute), when two processes lead
+// follows four other leading stores, when the connection of the watcher
+// or helper has failed or the server refused its statement (a server
+// restart, a network failure, a killed query: it tries again on a new
+// connection after 1 s, doubling up to a minute), when two processes lead
 // under one holder name (only one holds its nameplate; the other tries
 // again after 1 s, doubling up to a minute), between this version and an
-// earlier one that rang a lock per holder name (during a rolling
-// upgrade: each finds the other's bell silent), and for good when the server
-// refuses GET_LOCK (the watcher then stops until its flags are built
-// again). Neither runs on a pool limited to fewer than three connections.
-// So the store does not report that its notifications reach other
-// processes (no NotifiesOtherProcesses method), the default poll interval
-// stays capped at 2 s, and [Store.HintsOtherProcesses] reports whether
-// the watcher runs. [Store.Close] stops both and gives their connections
-// back. Both modes use the same statements: no routine is involved. The
+// earlier one that rang a lock per holder name (during a rolling upgrade:
+// each finds the other's bell silent), and for good when the server
+// refuses the watcher's GET_LOCK (the watcher and its helpers then stop
+// until the store's flags are built again). Neither the bell nor the
+// watcher runs on a pool limited to fewer than three connections. So the
+// store does not report that its notifications reach other processes (no
+// NotifiesOtherProcesses method), the default poll interval stays capped
+// at 2 s, and [Store.HintsOtherProcesses] reports whether the watcher
+// runs. [Store.Close] stops the bell, the watcher and its helpers and
+// gives their connections back (a lookup due after a pause then does
+// nothing). Both modes use the same statements: no routine is involved. The
 // locks live on the server the pool connects to: processes whose pools
 // reach different nodes of a cluster (Galera) or a proxy that does not pin
 // sessions do not hear each other's bells.
@@ -406,10 +413,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.cancel()
 	bell := s.bellDone
-	var watcher chan struct{}
-	if s.wstop != nil {
-		watcher = s.wexited
-	}
+	watcher := s.wexited // of the last watcher started: it has exited, or exits now
 	s.pmu.Unlock()
 	if bell != nil {
 		<-bell

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestACrashedHolderIsNoRelease(t *testing.T) {
 		t.Fatal("the follower raised while the row is held")
 	}
 	time.Sleep(300 * time.Millisecond) // the watcher now waits on the bell
-	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease))
+	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease), nil)
 	t.Logf("takeover %v after the acquire of a %v lease; the watcher sent %d statements meanwhile and heard %d rings",
 		took, lease, sent, store.WatchRings())
 	// About: the ring of the kill (RELEASE_LOCK, a look of three), then a
@@ -463,42 +464,57 @@ func TestAWaitOnABellOutlivesSilentHolders(t *testing.T) {
 
 // followStores builds n leading stores, each a process of its own with one
 // flag under its default process name, and one store that follows the n
-// flags. It returns the leaders, in descending order of their holder
-// names (the reverse of the order the watcher prefers on a tie), the
-// followers in the same order, and the follower's pool.
-func followStores(t *testing.T, n int, lease, poll time.Duration) (leaders, followers []*leadership.Flag, db *sql.DB) {
+// flags. It returns the leaders, the followers in the same order, the
+// follower's store and its pool.
+func followStores(t *testing.T, n int, lease, poll time.Duration) (leaders, followers []*leadership.Flag, following *mysql.Store, db *sql.DB) {
 	t.Helper()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
 	db = openDB(t, dsn)
-	following := newStore(t, db)
-	type pair struct{ leader, follower *leadership.Flag }
-	pairs := make([]pair, n)
-	for i := range pairs {
+	following = newStore(t, db)
+	for i := range n {
 		name := string(rune('a' + i))
-		pairs[i] = pair{buildFlag(t, newStore(t, openDB(t, dsn)), name, lease, poll), buildFlag(t, following, name, lease, poll)}
-		if !pairs[i].leader.Raised() || pairs[i].follower.Raised() {
+		leader, follower := buildFlag(t, newStore(t, openDB(t, dsn)), name, lease, poll), buildFlag(t, following, name, lease, poll)
+		if !leader.Raised() || follower.Raised() {
 			t.Fatalf("flag %s: the leading store's flag should lead, the other follow", name)
 		}
+		leaders, followers = append(leaders, leader), append(followers, follower)
 	}
-	sort.Slice(pairs, func(i, j int) bool { return pairs[i].leader.Process() > pairs[j].leader.Process() })
-	for _, p := range pairs {
-		leaders, followers = append(leaders, p.leader), append(followers, p.follower)
+	return leaders, followers, following, db
+}
+
+// watchersLeader returns the index of the leader among leaders whose
+// store's bell the watcher of store waits on, once it waits on one of
+// them; the others' are its helpers'.
+func watchersLeader(t *testing.T, store *mysql.Store, db *sql.DB, leaders []*leadership.Flag) int {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		bell := store.FollowedBells()[0]
+		for i, l := range leaders {
+			if bellOwner(t, db, l.Process()) == bell {
+				return i
+			}
+		}
 	}
-	return leaders, followers, db
+	t.Fatalf("the watcher waits on none of the leading stores' bells: %v", store.FollowedBells())
+	return -1
 }
 
 // TestAFollowerHearsTheReleasesOfEveryStoreItWaitsOn has one store follow
 // four flags, each led by a process of its own, and closes the leaders one
-// after the other: the store waits on the bells of the four leading
-// stores at once (one connection each), so every handover comes well
-// before the follower's poll, whichever store releases first. Then the
-// store leads the four flags, and the helpers' connections are back in
-// the pool: two stay in use, the bell's and the watcher's.
+// after the other, the one whose bell the watcher waits on last: the
+// store waits on the bells of the four leading stores at once (the
+// watcher's and three helpers', one connection each), so every handover
+// comes well before the follower's poll. Then the store leads the four
+// flags, and the helpers' connections are back in the pool: two stay in
+// use, the bell's and the watcher's.
 func TestAFollowerHearsTheReleasesOfEveryStoreItWaitsOn(t *testing.T) {
 	t.Parallel()
 	const lease, poll = 30 * time.Second, 5 * time.Second
-	leaders, followers, db := followStores(t, 4, lease, poll)
-	time.Sleep(500 * time.Millisecond) // the watcher now waits on the four bells
+	leaders, followers, store, db := followStores(t, 4, lease, poll)
+	waitForConnections(t, db, 4, "the watcher's and its three helpers'")
+	last := watchersLeader(t, store, db, leaders)
+	leaders = append(slices.Delete(slices.Clone(leaders), last, last+1), leaders[last])
+	followers = append(slices.Delete(slices.Clone(followers), last, last+1), followers[last])
 	for i := range leaders {
 		took := handOver(t, leaders[i], followers[i], poll, "the bell of its leading store should have woken the follower")
 		t.Logf("handover from %s took %v", leaders[i].Process(), took)
@@ -568,7 +584,12 @@ func TestAHelperLeavesACrashedStoreAlone(t *testing.T) {
 		t.Fatal("the follower raised while the row is held")
 	}
 	waitForConnections(t, db, 2, "the watcher's and its helper's")
-	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease))
+	sent, took := crash(t, openDB(t, dsn), owner, store, follower, acquired.Add(lease), func() {
+		waitForConnections(t, db, 1, "the watcher's; the helper should end once it finds the crashed store's bell silent")
+		if time.Until(acquired.Add(lease)) < 0 {
+			t.Fatal("the helper ended after the crashed holder's row expired; want at once")
+		}
+	})
 	t.Logf("takeover %v after the acquire of a %v lease; the watcher and its helper sent %d statements meanwhile",
 		took, lease, sent)
 	// About: the ring of the kill (RELEASE_LOCK, a look of three), the
@@ -581,16 +602,19 @@ func TestAHelperLeavesACrashedStoreAlone(t *testing.T) {
 }
 
 // crash kills the connection owner (the bell's of a holder's store, as
-// its crash does) through admin, waits for follower, a flag of store, to
-// take the row over, and fails the test if it did so before expires, the
-// end of the crashed holder's lease. It returns how many statements
-// store's watcher and helpers sent from the kill to the takeover, and how
-// long that took.
-func crash(t *testing.T, admin *sql.DB, owner int64, store *mysql.Store, follower *leadership.Flag, expires time.Time) (sent int64, took time.Duration) {
+// its crash does) through admin, calls meanwhile unless nil, waits for
+// follower, a flag of store, to take the row over, and fails the test if
+// it did so before expires, the end of the crashed holder's lease. It
+// returns how many statements store's watcher and helpers sent from the
+// kill to the takeover, and how long that took.
+func crash(t *testing.T, admin *sql.DB, owner int64, store *mysql.Store, follower *leadership.Flag, expires time.Time, meanwhile func()) (sent int64, took time.Duration) {
 	t.Helper()
 	before, killed := store.WatchStatements(), time.Now()
 	if _, err := admin.Exec(`KILL ?`, owner); err != nil {
 		t.Fatalf("kill the bell's connection %d: %v", owner, err)
+	}
+	if meanwhile != nil {
+		meanwhile()
 	}
 	if err := follower.Wait(context.Background()); err != nil {
 		t.Fatal(err)
@@ -622,18 +646,34 @@ func bellOwner(t *testing.T, db *sql.DB, holder string) int64 {
 }
 
 // TestTheWatcherFollowsFourStoresAtMost has one store follow six flags,
-// each led by a process of its own: at rest its watcher holds four
-// connections of the pool (one per leading store it follows, no more),
-// and the flags of the two stores it does not follow still take over at
-// their poll.
+// each led by a process of its own: at rest its watcher and helpers wait
+// on four different bells, each a leading store's, and hold four
+// connections of the pool (one per leading store they follow, no more),
+// and the flags of the two stores not followed still take over at their
+// poll.
 func TestTheWatcherFollowsFourStoresAtMost(t *testing.T) {
 	t.Parallel()
 	const lease, poll = 30 * time.Second, 2 * time.Second
-	leaders, followers, db := followStores(t, 6, lease, poll)
+	leaders, followers, store, db := followStores(t, 6, lease, poll)
 	time.Sleep(500 * time.Millisecond)
 	least, most := connectionsInUse(t, db)
 	if least != 4 || most > 5 {
 		t.Errorf("connections in use: %d to %d, want 4 at rest (a watcher's per leading store, four at most), 5 at most during an attempt", least, most)
+	}
+	leadingBells := make(map[int64]bool)
+	for _, l := range leaders {
+		leadingBells[bellOwner(t, db, l.Process())] = true
+	}
+	bells := store.FollowedBells()
+	followed := make(map[int64]bool)
+	for _, id := range bells {
+		if !leadingBells[id] || followed[id] {
+			t.Fatalf("followed bells %v: want four different bells of the leading stores %v", bells, leadingBells)
+		}
+		followed[id] = true
+	}
+	if len(followed) != 4 {
+		t.Fatalf("followed bells %v: want four", bells)
 	}
 	for _, l := range leaders {
 		if err := l.Close(); err != nil {
@@ -651,21 +691,119 @@ func TestTheWatcherFollowsFourStoresAtMost(t *testing.T) {
 
 // TestAHelperStopsWhenNoFlagWaitsOnItsStore has a store follow four flags,
 // each led by a process of its own, then closes three of its four flags
-// while their leaders go on leading: the watcher and its helpers stop
-// waiting on the bells of those three stores and give their connections
-// back (one stays in use), and a release by the fourth store still wakes
-// the last flag well before its poll.
+// while their leaders go on leading, the flag on the store the watcher
+// waits on among them: the watcher and the helpers of those stores stop
+// waiting on their bells and give their connections back (one stays in
+// use, the last helper's), and a release by the fourth store still wakes
+// the last flag, through that helper, well before its poll.
 func TestAHelperStopsWhenNoFlagWaitsOnItsStore(t *testing.T) {
 	t.Parallel()
 	const lease, poll = 30 * time.Second, 5 * time.Second
-	leaders, followers, db := followStores(t, 4, lease, poll)
+	leaders, followers, store, db := followStores(t, 4, lease, poll)
 	waitForConnections(t, db, 4, "the watcher's and its three helpers'")
-	for _, f := range followers[:3] {
+	kept := (watchersLeader(t, store, db, leaders) + 1) % len(leaders) // a helper's
+	helped := bellOwner(t, db, leaders[kept].Process())
+	for i, f := range followers {
+		if i == kept {
+			continue
+		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitForConnections(t, db, 1, "the bell of the one store still followed")
-	took := handOver(t, leaders[3], followers[3], poll, "the bell of its leading store should have woken the follower")
-	t.Logf("handover from %s took %v", leaders[3].Process(), took)
+	waitForConnections(t, db, 1, "the helper's on the bell of the one store still followed")
+	if bells := store.FollowedBells(); len(bells) != 2 || bells[0] != 0 || bells[1] != helped {
+		t.Fatalf("followed bells %v, want [0 %d]: no bell for the watcher (the one left is a helper's), one helper", bells, helped)
+	}
+	took := handOver(t, leaders[kept], followers[kept], poll, "the helper on the bell of its leading store should have woken the follower")
+	t.Logf("handover from %s took %v", leaders[kept].Process(), took)
+}
+
+// TestAHelperFollowsAStoreRestartedUnderItsHolderName has a store follow
+// three flags: two led by one process (the watcher's bell), one by
+// another under the process name h-b (a helper's bell). That process
+// crashes (its bell's connection is killed; its row stays held) and a new
+// one starts under the same process name, leading another flag: once its
+// store holds the nameplate of h-b, a helper waits on its bell, found by
+// looking the nameplate up again after the pause the silent bell began,
+// while the watcher goes on waiting on its own.
+func TestAHelperFollowsAStoreRestartedUnderItsHolderName(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	build := func(store *mysql.Store, name, process string) *leadership.Flag {
+		t.Helper()
+		b := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll)
+		if process != "" {
+			b = b.Process(process)
+		}
+		f, err := b.Build(context.Background())
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	leading := newStore(t, openDB(t, dsn))
+	db := openDB(t, dsn)
+	store := newStore(t, db)
+	for _, name := range []string{"a1", "a2"} {
+		if !build(leading, name, "").Raised() || build(store, name, "").Raised() {
+			t.Fatalf("flag %s: the leading store's flag should lead, the other follow", name)
+		}
+	}
+	if !build(newStore(t, openDB(t, dsn)), "b", "h-b").Raised() || build(store, "b", "").Raised() {
+		t.Fatal("flag b: h-b should lead, the store follow")
+	}
+	waitForConnections(t, db, 2, "the watcher's and its helper's")
+	crashed := bellOwner(t, db, "h-b")
+	if bells := store.FollowedBells(); len(bells) != 2 || bells[1] != crashed {
+		t.Fatalf("followed bells %v: want the watcher's and a helper's on h-b's store's bell, %d", bells, crashed)
+	}
+	watcherBell := store.FollowedBells()[0]
+	if _, err := openDB(t, dsn).Exec(`KILL ?`, crashed); err != nil {
+		t.Fatalf("kill the bell's connection %d: %v", crashed, err)
+	}
+	time.Sleep(time.Second) // the helper has found the bell silent
+	if !build(newStore(t, openDB(t, dsn)), "b-restarted", "h-b").Raised() {
+		t.Fatal("the restarted process's flag did not raise")
+	}
+	restarted := bellOwner(t, db, "h-b")
+	deadline := time.Now().Add(10 * time.Second)
+	for bells := store.FollowedBells(); len(bells) != 2 || bells[0] != watcherBell || bells[1] != restarted; bells = store.FollowedBells() {
+		if time.Now().After(deadline) {
+			t.Fatalf("followed bells %v: want [%d %d], the watcher's and a helper's on the restarted store's bell", bells, watcherBell, restarted)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAHelperWaitsAgainAfterItsWaitIsKilled has a store follow two flags,
+// each led by a process of its own, and kills the statement of the helper
+// (KILL QUERY, as an administrator or a statement timeout does: GET_LOCK
+// then returns NULL or fails): the helper waits again after its pause of
+// 1 s, and a release by its store still wakes the follower well before its
+// poll.
+func TestAHelperWaitsAgainAfterItsWaitIsKilled(t *testing.T) {
+	t.Parallel()
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leaders, followers, store, db := followStores(t, 2, lease, poll)
+	waitForConnections(t, db, 2, "the watcher's and its helper's")
+	helped := 1 - watchersLeader(t, store, db, leaders)
+	bells := store.FollowedBells()
+	if len(bells) != 2 || bells[1] != bellOwner(t, db, leaders[helped].Process()) {
+		t.Fatalf("followed bells %v: want the watcher's and a helper's on the bell of %s", bells, leaders[helped].Process())
+	}
+	var waiting int64
+	err := db.QueryRow(`SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ?`,
+		"%GET_LOCK('"+mysql.StoreBellName(bells[1])+"'%").Scan(&waiting)
+	if err != nil {
+		t.Fatalf("find the helper's wait: %v", err)
+	}
+	if _, err := db.Exec(`KILL QUERY ?`, waiting); err != nil {
+		t.Fatalf("kill the helper's wait %d: %v", waiting, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new wait
+	took := handOver(t, leaders[helped], followers[helped], poll, "the helper should have waited again and woken the follower")
+	t.Logf("handover after the helper's wait was killed took %v", took)
 }

@@ -102,7 +102,7 @@ func (s *Store) watch(ctx context.Context, set *helpers, kicked <-chan struct{},
 	s.watching.Store(true)
 	defer s.watching.Store(false)
 	defer s.stopHelpers(set)
-	w := newWatcher(s)
+	w := newWatcher(s, set)
 	defer w.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -120,7 +120,7 @@ func (s *Store) watch(ctx context.Context, set *helpers, kicked <-chan struct{},
 				w.close() // the driver closed it to cut the wait short
 				continue
 			}
-			if ctx.Err() != nil || refused(err) {
+			if ctx.Err() != nil || errors.Is(err, errStopped) || refused(err) {
 				return
 			}
 			w.close()
@@ -156,6 +156,7 @@ func refused(err error) bool {
 // store's, shared by both (nameplates).
 type watcher struct {
 	s       *Store
+	set     *helpers // of the run of the watcher it belongs to (nil for a test's)
 	conn    *sql.Conn
 	db      string           // DATABASE() of conn
 	current int64            // the bell it waited on last, by its store's connection id
@@ -164,8 +165,18 @@ type watcher struct {
 	free    map[string]int64 // free rows at the last look: name → version
 }
 
-// newWatcher returns a watcher of s that has no connection yet.
-func newWatcher(s *Store) watcher { return watcher{s: s} }
+// newWatcher returns a watcher of s that has no connection yet, for the
+// run of the watcher whose helpers are set.
+func newWatcher(s *Store, set *helpers) watcher { return watcher{s: s, set: set} }
+
+// stale reports whether the run of the watcher w belongs to has been
+// succeeded by another (the last subscription ended and a new one began
+// before it exited): it then leaves the store's state alone. Called with
+// s.pmu held.
+func (w *watcher) stale() bool { return w.s.helpers != w.set }
+
+// errStopped ends a run of the watcher that has been succeeded (stale).
+var errStopped = errors.New("the watcher has stopped")
 
 // nameplates is what the watcher and its helpers know of the holders the
 // store's flags wait on, under the store's pmu.
@@ -193,13 +204,18 @@ const resolveChunk = 100
 func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 	s := w.s
 	s.pmu.Lock()
+	if w.stale() {
+		s.pmu.Unlock()
+		return 0, time.Time{}, errStopped
+	}
 	waited := s.waitedHolders()
 	last := w.current
 	for h := range waited {
 		if last != 0 && s.plates.owners[h] == last {
 			s.follow(last)
+			wake := s.silentWake(waited)
 			s.pmu.Unlock()
-			return last, s.silentWake(waited), nil
+			return last, wake, nil
 		}
 	}
 	var unknown []string
@@ -219,6 +235,9 @@ func (w *watcher) target(ctx context.Context) (int64, time.Time, error) {
 	}
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
+	if w.stale() {
+		return 0, time.Time{}, errStopped
+	}
 	count, first := s.countByBell(waited)
 	w.current = 0
 	for id := range count {
@@ -350,7 +369,15 @@ func (s *Store) learn(owners map[string]int64) {
 			continue
 		}
 		s.knowledge().owners[h] = id
+		delete(s.plates.silent, h) // held now, whatever an earlier look found
 	}
+}
+
+// heard ends holder's pause, its store's bell having rung. Called with
+// s.pmu held.
+func (s *Store) heard(holder string) {
+	delete(s.plates.pause, holder)
+	delete(s.plates.silent, holder)
 }
 
 // connect takes the watcher's connection from the pool if it has none.
@@ -501,12 +528,18 @@ func (s *Store) lookUpAfterPause(holders []string) {
 		s.pmu.Lock()
 		defer s.pmu.Unlock()
 		waited := s.waitedHolders()
+		var later []string
 		for _, h := range due {
 			delete(s.plates.due, h)
-			if waited[h] > 0 {
+			switch {
+			case waited[h] == 0:
+			case s.isSilent(h):
+				later = append(later, h) // a longer pause than the first
+			default:
 				s.lookUpDuringWait(h)
 			}
 		}
+		s.lookUpAfterPause(later)
 	})
 }
 
@@ -581,6 +614,10 @@ func (w *watcher) wait(ctx context.Context, id int64) error {
 			waitFor = min(waitFor, max(time.Until(until).Round(time.Second), time.Second))
 		}
 	}
+	if w.stale() {
+		s.pmu.Unlock()
+		return errStopped
+	}
 	s.waitCancel, s.waitID, s.waitDB = cancel, id, w.db
 	for _, n := range s.hub.Names() { // holders seen since target() looked
 		if h, ok := s.waitsOn[n]; ok {
@@ -591,7 +628,9 @@ func (w *watcher) wait(ctx context.Context, id int64) error {
 	s.pmu.Unlock()
 	used, got, err := w.hear(waitCtx, id, waitFor)
 	s.pmu.Lock()
-	s.waitCancel = nil
+	if !w.stale() {
+		s.waitCancel = nil
+	}
 	s.pmu.Unlock()
 	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
 		return errRetarget
@@ -602,8 +641,7 @@ func (w *watcher) wait(ctx context.Context, id int64) error {
 	s.pmu.Lock()
 	for _, h := range holders {
 		if used {
-			delete(s.plates.pause, h)
-			delete(s.plates.silent, h)
+			s.heard(h)
 		} else {
 			s.silence(h)
 		}
