@@ -29,6 +29,22 @@ func buildFlag(t *testing.T, store *mysql.Store, name string, lease, poll time.D
 	return f
 }
 
+// buildProcessFlag builds a flag named name on store as buildFlag does,
+// under the process name process (the default when empty).
+func buildProcessFlag(t *testing.T, store *mysql.Store, name, process string, lease, poll time.Duration) *leadership.Flag {
+	t.Helper()
+	b := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll)
+	if process != "" {
+		b = b.Process(process)
+	}
+	f, err := b.Build(context.Background())
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // TestAReleaseWakesAFollowerOfAnotherProcessBeforeItsPoll builds a leader
 // and a follower, each on a *sql.DB of its own as two processes have, with
 // a 5 s poll interval, and checks that the follower takes over well before
@@ -208,28 +224,27 @@ WHERE db = DATABASE() AND info LIKE 'SELECT IS_USED_LOCK%'`).Scan(&id)
 }
 
 // TestTheWatcherFollowsTheHolderItsFlagsWaitOn has a store follow two
-// flags led by two other processes, under the holder names h-a and h-b:
-// its watcher waits on the bell of h-a's store (the first by holder name
-// on a tie). When its flag on h-a's row closes, no flag of the store
-// waits on a holder of that store any more, and the watcher must move to
-// the bell of h-b's store at once, not after its GET_LOCK times out:
-// h-b's release then reaches the follower well before its poll.
+// flags led by two other processes, under the holder names h-a and h-b,
+// on a pool of three connections, which leaves room for the watcher and
+// no helper: the watcher waits on the bell of h-a's store (the first by
+// holder name on a tie). When its flag on h-a's row closes, no flag of
+// the store waits on a holder of that store any more, and the watcher
+// must move to the bell of h-b's store at once, not after its GET_LOCK
+// times out: h-b's release then reaches the follower well before its
+// poll.
 func TestTheWatcherFollowsTheHolderItsFlagsWaitOn(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
 	const lease, poll = 30 * time.Second, 5 * time.Second
 	build := func(store *mysql.Store, name, process string) *leadership.Flag {
 		t.Helper()
-		f, err := leadership.NewFlag().Store(store).Name(name).Process(process).Lease(lease).PollInterval(poll).Build(context.Background())
-		if err != nil {
-			t.Fatalf("Build: %v", err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
+		return buildProcessFlag(t, store, name, process, lease, poll)
 	}
 	build(newStore(t, openDB(t, dsn)), "a", "h-a")
 	leaderB := build(newStore(t, openDB(t, dsn)), "b", "h-b")
-	store := newStore(t, openDB(t, dsn))
+	capped := openDB(t, dsn)
+	capped.SetMaxOpenConns(3)
+	store := newStore(t, capped)
 	followerA := build(store, "a", "f")
 	followerB := build(store, "b", "f")
 	if followerA.Raised() || followerB.Raised() || !leaderB.Raised() {
@@ -733,16 +748,7 @@ func TestAHelperFollowsAStoreRestartedUnderItsHolderName(t *testing.T) {
 	const lease, poll = 30 * time.Second, 5 * time.Second
 	build := func(store *mysql.Store, name, process string) *leadership.Flag {
 		t.Helper()
-		b := leadership.NewFlag().Store(store).Name(name).Lease(lease).PollInterval(poll)
-		if process != "" {
-			b = b.Process(process)
-		}
-		f, err := b.Build(context.Background())
-		if err != nil {
-			t.Fatalf("Build: %v", err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
+		return buildProcessFlag(t, store, name, process, lease, poll)
 	}
 	leading := newStore(t, openDB(t, dsn))
 	db := openDB(t, dsn)
