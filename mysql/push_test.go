@@ -404,6 +404,22 @@ func TestABellFoundFreeMakesTheWatcherLookAtTheRows(t *testing.T) {
 	}
 }
 
+// unwatchedFollower builds a flag "a" on a store of its own, which leads,
+// and a flag "a" on a store whose pool is capped at two connections, so
+// that it runs no watcher of its own beside one a test runs, which
+// follows. It returns the leader and the following store.
+func unwatchedFollower(t *testing.T, dsn string) (*leadership.Flag, *mysql.Store) {
+	t.Helper()
+	capped := openDB(t, dsn)
+	capped.SetMaxOpenConns(2)
+	leading, following := newStore(t, openDB(t, dsn)), newStore(t, capped)
+	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
+	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
+		t.Fatal("the leading store's flag should lead, the other follow")
+	}
+	return leader, following
+}
+
 // TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent: when every holder
 // its flags still wait on was found without its nameplate (a new holder
 // takes its nameplate just after its first acquire returns, and under load
@@ -412,18 +428,10 @@ func TestABellFoundFreeMakesTheWatcherLookAtTheRows(t *testing.T) {
 // store's releases until the flags' poll. (Seen once in the full suite
 // under -race: two of the eight followers of
 // TestAShutdownWakesTheFollowersOfEveryFlag raised at their 5 s poll.)
-// The follower's pool is capped at two connections, so that its store
-// runs no watcher of its own beside the one the test runs.
 func TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	capped := openDB(t, dsn)
-	capped.SetMaxOpenConns(2)
-	leading, following := newStore(t, openDB(t, dsn)), newStore(t, capped)
-	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
-	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
-		t.Fatal("the leading store's flag should lead, the other follow")
-	}
+	leader, following := unwatchedFollower(t, dsn)
 	const last = 4242 // the bell waited on last, by its store's connection id
 	id, err := following.TargetAfterSilence(context.Background(), last, leader.Process())
 	if err != nil {
@@ -439,19 +447,11 @@ func TestAWatcherKeepsItsBellWhileTheHoldersLeftAreSilent(t *testing.T) {
 // the bell it chose is not cut short when a flag's holder changes (the
 // holder is presumed of that bell, as a holder not yet looked up is), and
 // it ends by itself when the pause ends (after at least 1 s), so that the
-// holder is looked up again, instead of after bellWait (5 min). (The
-// follower's pool is capped at two connections, so that its store runs no
-// watcher of its own beside the one the test runs.)
+// holder is looked up again, instead of after bellWait (5 min).
 func TestAWaitOnABellOutlivesSilentHolders(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	capped := openDB(t, dsn)
-	capped.SetMaxOpenConns(2)
-	leading, following := newStore(t, openDB(t, dsn)), newStore(t, capped)
-	leader := buildFlag(t, leading, "a", time.Minute, 5*time.Second)
-	if follower := buildFlag(t, following, "a", time.Minute, 5*time.Second); !leader.Raised() || follower.Raised() {
-		t.Fatal("the leading store's flag should lead, the other follow")
-	}
+	leader, following := unwatchedFollower(t, dsn)
 	// A bell the test holds, so that a wait on it blocks.
 	const id = 4242
 	ctx := context.Background()
