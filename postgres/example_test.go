@@ -10,17 +10,12 @@ import (
 	"github.com/dbflag/leadership/postgres"
 )
 
-// A flag on PostgreSQL: a pool whose ShouldPing keeps each attempt at one
-// round trip, a store on it, and a flag. It needs a server, so it only
-// compiles here.
-func ExampleNew() {
+// A flag on PostgreSQL: a pool of Open, whose ShouldPing keeps each attempt
+// at one round trip, a store on it, and a flag. It needs a server, so it
+// only compiles here.
+func ExampleOpen() {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig("postgres://app@db.internal/app")
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg.ShouldPing = postgres.ShouldPing // pgxpool's default pings a connection idle for over a second first
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := postgres.Open(ctx, "postgres://app@db.internal/app")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,4 +34,28 @@ func ExampleNew() {
 	if flag.Raised() {
 		log.Print("leading: run the nightly report")
 	}
+}
+
+// A pool of your own, for settings a DSN cannot carry (hooks, a tracer):
+// give it ShouldPing, or each attempt after a second idle costs a ping
+// first (New says so at Info on the store's logger).
+func ExampleNew() {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig("postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.ShouldPing = postgres.ShouldPing
+	// … your settings: cfg.AfterConnect, cfg.ConnConfig.Tracer, …
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	store, err := postgres.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store // build flags on it as in the example of Open
 }

@@ -15,9 +15,11 @@ import (
 	"github.com/dbflag/leadership/migrations"
 )
 
-// Migrate applies the embedded migrations with golang-migrate into the
-// table [migrations.MigrationsTable] of the current schema, then checks the
-// flag table's shape. Concurrent calls from many processes are serialized
+// Migrate checks the server version, applies the embedded migrations with
+// golang-migrate into the table [migrations.MigrationsTable] of the current
+// schema, then checks the flag table's shape. A server older than
+// PostgreSQL 13 is refused, with an error naming its version, before
+// anything is created. Concurrent calls from many processes are serialized
 // by golang-migrate's advisory lock, a session-level lock that a pooler in
 // transaction mode cannot keep on one session (see the README's
 // "Deployment"). Once a call has succeeded, later calls on the same Store
@@ -33,13 +35,19 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	var (
 		schema                    *string
 		canCreate, have, readOnly bool
+		version                   string
+		versionNum                int
 	)
 	err := s.pool.QueryRow(ctx, `SELECT current_schema(),
     coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
     to_regclass('`+migrations.MigrationsTable+`') IS NOT NULL,
-    current_setting('transaction_read_only') = 'on'`).Scan(&schema, &canCreate, &have, &readOnly)
+    current_setting('transaction_read_only') = 'on',
+    current_setting('server_version'), current_setting('server_version_num')::int`).Scan(&schema, &canCreate, &have, &readOnly, &version, &versionNum)
 	if err != nil {
 		return describe("connect", err)
+	}
+	if versionNum < oldestSupported*10000 {
+		return fmt.Errorf("postgres: server PostgreSQL %s is too old: PostgreSQL %d or later is needed (the migrations and the acquire statement call gen_random_uuid(), built in from 13)", version, oldestSupported)
 	}
 	if readOnly {
 		return fmt.Errorf("postgres: apply migrations: %s", readOnlyFix)
@@ -60,6 +68,10 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	}
 	return s.checkShape(ctx)
 }
+
+// oldestSupported is the oldest PostgreSQL major the store supports and is
+// tested on; [Store.Migrate] refuses older servers.
+const oldestSupported = 13
 
 func (s *Store) migrate() error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves

@@ -2,10 +2,34 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dbflag/leadership"
 )
+
+// Open returns a pgx pool on dsn configured for a [Store]: as
+// pgxpool.New(ctx, dsn) would (pool settings such as pool_max_conns are
+// read from the DSN), with [ShouldPing], so that an attempt is one round
+// trip. Like pgxpool.New it connects lazily: a wrong address or password
+// shows at the first statement (Build's Migrate). Close the pool after the
+// flags that use it. For other settings, build the pool yourself with
+// pgxpool.ParseConfig and set its ShouldPing to [ShouldPing].
+func Open(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx masks the password in its parse errors.
+		return nil, fmt.Errorf("%w: postgres DSN: %v", leadership.ErrInvalidArgument, err)
+	}
+	cfg.ShouldPing = ShouldPing
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %v", err)
+	}
+	return pool, nil
+}
 
 // PingAfterIdle is how long a connection must have been idle in the pool
 // before [ShouldPing] has pgxpool ping it.
@@ -18,7 +42,9 @@ const PingAfterIdle = time.Minute
 // pgxpool's default pings nearly every attempt of a flag: a holder renews
 // every Lease/3 and a follower asks about once per lease, both more than a
 // second apart, so each attempt would cost two round trips, the ping and
-// the statement. With ShouldPing an attempt is one round trip. What it
+// the statement. With ShouldPing (which [Open] sets) an attempt is one
+// round trip, and [New] logs at Info when its pool keeps pgxpool's
+// default. What it
 // gives up: a connection that the server closed (a restart, a failover,
 // idle_session_timeout) is found by the attempt's statement failing
 // instead of by the ping, so that attempt fails and the flag tries again

@@ -2,7 +2,7 @@
 // github.com/jackc/pgx/v5, for fleets that already share a Postgres
 // database.
 //
-//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	pool, err := postgres.Open(ctx, "postgres://app@db/app")
 //	store, err := postgres.New(pool)
 //	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
 //
@@ -19,8 +19,9 @@
 //
 // pgxpool pings a connection idle for more than a second before it lends
 // it, and an attempt's connection nearly always is (a holder renews every
-// Lease/3): with pgxpool's default an attempt is two round trips. Set
-// [ShouldPing] in the pool's config to keep it at one.
+// Lease/3): on a pool of pgxpool.New an attempt is two round trips. A pool
+// of [Open] has [ShouldPing], which keeps it at one; on a pool of your own,
+// set it in the pool's config ([New] logs at Info when it is not set).
 //
 // # Schema
 //
@@ -119,7 +120,8 @@ var (
 type Option func(*Store)
 
 // WithLogger sets where the listener logs its connection problems (Warn)
-// and reconnections (Info). Default: discard.
+// and reconnections (Info), and where [New] says that its pool pings
+// before each attempt (Info). Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } }
 
 // WithoutNotifications turns the LISTEN side of release notifications
@@ -133,8 +135,11 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.logger = l } 
 // listeners of processes connected directly.
 func WithoutNotifications() Option { return func(s *Store) { s.noListen = true } }
 
-// New returns a store on pool. It never closes the pool; close the pool
-// after the flags that use the store.
+// New returns a store on pool, a pool of [Open] or one of your own. It
+// never closes the pool; close the pool after the flags that use the
+// store. When the pool has pgxpool's default ShouldPing, which pings a
+// connection idle for over a second before each attempt (a second round
+// trip), New says so at Info on the logger of [WithLogger].
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: postgres.New: pool is nil", leadership.ErrInvalidArgument)
@@ -146,6 +151,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if pool.Config().ShouldPing == nil {
+		s.logger.InfoContext(context.Background(), "postgres: the pool pings a connection idle for over a second before lending it, so most attempts cost two round trips: open it with postgres.Open, or set its ShouldPing to postgres.ShouldPing")
 	}
 	return s, nil
 }

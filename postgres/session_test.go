@@ -90,7 +90,7 @@ func TestReadOnlySessionNamesTheFix(t *testing.T) {
 // session defaults an application's role may carry: every transaction
 // SERIALIZABLE, and idle transactions cut after 100 ms. Statements of the
 // store are single-statement transactions (serialization failures are
-// retried once), and Flags's read-only transaction never idles. The flag
+// retried once), Flags's too (TestFlagsLeavesNoTransactionIdle). The flag
 // behaviours send no statement of their own, so the contract suffices.
 func TestConformanceUnusualSessionDefaults(t *testing.T) {
 	t.Parallel()

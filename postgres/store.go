@@ -202,25 +202,39 @@ func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return nil
 }
 
-// Flags implements [leadership.Store.Flags].
+// Flags implements [leadership.Store.Flags]. The clock and the rows are
+// read by one statement, so from one snapshot, in one round trip, and no
+// transaction of it waits on the client between statements (which an
+// idle_in_transaction_session_timeout would end). A serialization failure
+// (a session whose default isolation is SERIALIZABLE) is retried once.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		return nil, time.Time{}, describe("list flags", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, time.Time{}, describe("read clock", err)
-	}
-	rows, err := tx.Query(ctx, `SELECT name, holder, version, renewed_at, expires_at FROM leadership_flags ORDER BY name COLLATE "C"`)
-	if err != nil {
-		return nil, time.Time{}, describe("list flags", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leadership.Record, error) {
-		var rec leadership.Record
-		err := r.Scan(&rec.Name, &rec.Holder, &rec.Version, &rec.RenewedAt, &rec.ExpiresAt)
-		return rec, err
+	var (
+		out []leadership.Record
+		now time.Time
+	)
+	err := sqlstore.RetryOnce(ctx, transient, func() error {
+		out, now = nil, time.Time{}
+		// The clock's row joined to every flag: one row of NULLs when
+		// there is no flag.
+		rows, err := s.pool.Query(ctx, `
+SELECT c.now, f.name, f.holder, f.version, f.renewed_at, f.expires_at
+FROM (SELECT now()) AS c (now) LEFT JOIN leadership_flags f ON true
+ORDER BY f.name COLLATE "C"`)
+		if err != nil {
+			return err
+		}
+		var (
+			name, holder       *string
+			version            *int64
+			renewed, expiresAt *time.Time
+		)
+		_, err = pgx.ForEachRow(rows, []any{&now, &name, &holder, &version, &renewed, &expiresAt}, func() error {
+			if name != nil {
+				out = append(out, leadership.Record{Name: *name, Holder: *holder, Version: *version, RenewedAt: *renewed, ExpiresAt: *expiresAt})
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)

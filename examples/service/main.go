@@ -11,7 +11,8 @@
 // The database is SQLite (file service.db) by default; -dsn also takes
 // postgres:// and mysql:// DSNs. It is opened with this module's
 // internal/storeopen: a copy outside the module opens its store directly,
-// for example with sqlite.Open and sqlite.New.
+// for example with sqlite.Open and sqlite.New, or postgres.Open and
+// postgres.New.
 package main
 
 import (

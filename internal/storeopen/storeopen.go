@@ -81,15 +81,9 @@ func Open(ctx context.Context, dsn string) (*Opened, error) {
 		}
 		return &Opened{Store: s, Kind: kind, DB: db, close: func() { db.Close() }}, nil
 	case Postgres:
-		cfg, err := pgxpool.ParseConfig(dsn)
+		pool, err := postgres.Open(ctx, dsn) // ShouldPing: one round trip per attempt
 		if err != nil {
-			// pgx masks the password in its parse errors.
-			return nil, fmt.Errorf("%w: postgres DSN: %v", leadership.ErrInvalidArgument, err)
-		}
-		cfg.ShouldPing = postgres.ShouldPing // one round trip per attempt
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: %v", err)
+			return nil, err
 		}
 		s, err := postgres.New(pool)
 		if err != nil {
