@@ -148,7 +148,7 @@ func scanAcquiredMany(rows *sql.Rows, batch []*sqlstore.Pending, results []leade
 		return err
 	}
 	if len(cols) != 3 || cols[0] != "now" || cols[2] != "results" {
-		return fmt.Errorf("the procedure leadership_acquire_many returned the columns %v, not those of schema version 12: apply the migrations (Build does unless Migrate(false); or leadership migrate)", cols)
+		return fmt.Errorf("the procedure leadership_acquire_many returned the columns %v, not those of schema version 12 and later: apply the migrations (Build does unless Migrate(false); or leadership migrate)", cols)
 	}
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {

@@ -197,3 +197,20 @@ func TestStatementModeSendsSmallBatches(t *testing.T) {
 		t.Errorf("statement mode batches up to %d requests, want 32", n)
 	}
 }
+
+// TestARowAtTheLargestVersionFailsAloneInItsBatch: a row at version
+// 2^63−1 can start no new term, and its attempt fails alone (issue 30),
+// where its batch (one CALL of leadership_acquire_many, or one transaction
+// in statement mode) once failed whole with error 1690, failing every
+// other flag in it.
+func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, db, _ := guarded(t, opts...)
+		batchtest.CheckPoisonedNeighbour(t, s, s.AcquireTogether, func(name string, version int64) {
+			if _, err := db.Exec(`UPDATE leadership_flags SET version = ? WHERE name = ?`, version, name); err != nil {
+				t.Fatal(err)
+			}
+		}, "")
+	})
+}

@@ -123,8 +123,8 @@ WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
 // routines are the procedures of routine mode and the newest migration
 // that creates each.
 var routines = []struct{ name, migration string }{
-	{"leadership_acquire", "mysql/0009_create_guarded_acquire.up.sql"},    // Acquire alone
-	{"leadership_acquire_many", "mysql/0012_create_batch_acquire.up.sql"}, // a batch (batch.go)
+	{"leadership_acquire", "mysql/0014_create_rechecked_acquire.up.sql"},            // Acquire alone
+	{"leadership_acquire_many", "mysql/0016_create_rechecked_batch_acquire.up.sql"}, // a batch (batch.go)
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)

@@ -15,8 +15,8 @@ import (
 	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
-// Statement mode (see WithoutRoutines): the procedures of migrations 0009
-// and 0012, sent as plain statements. In the templates, :now is the
+// Statement mode (see WithoutRoutines): the procedures of migrations 0014
+// and 0016, sent as plain statements. In the templates, :now is the
 // statement's clock (UTC_TIMESTAMP is read once per statement, at its
 // start, so every occurrence is the same instant) and :at the clock the
 // guard read returned, at which a batch is decided as the procedures
@@ -24,7 +24,7 @@ import (
 // bind. The assignments, their order and the LAST_INSERT_ID(expr) outcome
 // are the procedure's, right with and without MariaDB's
 // SIMULTANEOUS_ASSIGNMENT (see
-// migrations/mysql/0009_create_guarded_acquire.up.sql).
+// migrations/mysql/0014_create_rechecked_acquire.up.sql).
 const (
 	// guardReadTemplate reads, at the start of the transaction and without
 	// a lock, the clock, the guard record and this server's incarnation
@@ -121,6 +121,10 @@ func (q statementQuery) bind(values map[string]any) []any {
 	}
 	return args
 }
+
+// errDataOutOfRange is MySQL's error for an integer out of range: the
+// upsert's version + 1 on a row at the largest version.
+const errDataOutOfRange = 1690
 
 // errNoIncarnation ends the transaction of an attempt that found no
 // incarnation of the server, so that one is inserted outside it.
@@ -229,9 +233,14 @@ func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, g guardDecision,
 			return nil
 		}
 	}
-	if _, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, upsert.bind(map[string]any{
+	_, err := tx.StmtContext(ctx, st.upsert).ExecContext(ctx, upsert.bind(map[string]any{
 		"name": req.Name, "holder": req.Holder, "version": req.Version, "lease": leaseMicros(req),
-		"at": g.now, "held": g.held, "floor": g.floor})...); err != nil {
+		"at": g.now, "held": g.held, "floor": g.floor})...)
+	// A row at the largest version: version + 1 fails the upsert alone
+	// (InnoDB rolls back the statement, not the transaction), and the row
+	// is reported as it stands, lost (see sqlstore.Exhausted).
+	exhausted := number(err) == errDataOutOfRange
+	if err != nil && !exhausted {
 		return err
 	}
 	var won, renewed, expires int64
@@ -239,7 +248,7 @@ func acquireInTx(ctx context.Context, tx *sql.Tx, st *prepared, g guardDecision,
 		&won, &res.Holder, &res.Version, &renewed, &expires); err != nil {
 		return err
 	}
-	res.Acquired = won > 0
+	res.Acquired = won > 0 && !exhausted
 	if !res.Acquired && g.held {
 		expires = max(expires, g.hold)
 	}

@@ -29,7 +29,10 @@ import (
 // with a version at or above the floor; an expired own term begun under an
 // earlier incarnation (its version is below the floor) is not renewed but
 // replaced by a new term, since a lost later term may have raised a higher
-// token meanwhile. The last branches report a loss:
+// token meanwhile. A row at the largest version takes no new term (its
+// version + 1 would fail the statement, and with it a whole batch): it
+// loses, free, which the batcher reports as an error of its request alone
+// (sqlstore.Exhausted). The last branches report a loss:
 // the row with its expiry raised to the hold's end, or a name without a
 // row, free but held.
 const acquireSQL = `
@@ -49,7 +52,8 @@ WITH lease AS (
         expires_at = excluded.expires_at
     WHERE ($3::bigint > 0 AND f.holder = excluded.holder AND f.version = $3::bigint
            AND (f.expires_at > excluded.renewed_at OR excluded.renewed_at >= (SELECT hold_until FROM guard)))
-       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard))
+       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard)
+           AND f.version < 9223372036854775807)
     RETURNING f.holder, f.version, f.renewed_at, f.expires_at
 )
 SELECT true, holder, version, renewed_at, expires_at, now() FROM up
