@@ -140,7 +140,12 @@ type Quarantiner interface {
 	// Quarantine makes sure that no new term starts before database-now + d:
 	// the hold ends at the later of that instant and the end of the hold
 	// already in force, never earlier. It returns the end of the hold by
-	// the database clock. d must be positive.
+	// the database clock. d must be positive. No new term starts after it
+	// returned, also by an acquire statement sent before and still in
+	// flight (one waiting for a flag's row lock, held by a fenced
+	// transaction): that one either committed before Quarantine returned
+	// (the postgres store's Quarantine waits for it) or sees the hold
+	// before it commits (the mysql store's acquire reads the guard again).
 	Quarantine(ctx context.Context, d time.Duration) (until time.Time, err error)
 
 	// QuarantinedUntil reports the end of the hold in force by the

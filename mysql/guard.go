@@ -14,10 +14,15 @@ var _ leadership.Quarantiner = (*Store)(nil)
 
 // Quarantine implements [leadership.Quarantiner]: in a transaction it
 // commits, it raises the guard record's hold_until to database-now + d
-// unless it is already later, and returns it. Acquire statements that
-// start after it returned start no new term before then (a batch is
-// decided at its start: the CALL, or in statement mode its read of the
-// guard); holders keep renewing. d is rounded up to a microsecond.
+// unless it is already later, and returns it. No new term starts after it
+// returned and before then; holders keep renewing. An acquire (a CALL, or
+// a transaction of statement mode) decides at its start, from the guard
+// read without a lock, but reads the record again under a shared lock
+// after its requests and decides again when a hold begun meanwhile
+// changes its decision (see acquireStatements): one that waited for a
+// flag's row lock while Quarantine committed starts no term. Quarantine's
+// UPDATE waits only for acquires between that read and their commit. d is
+// rounded up to a microsecond.
 func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, error) {
 	if d <= 0 {
 		return time.Time{}, fmt.Errorf("%w: quarantine duration %v is not positive", leadership.ErrInvalidArgument, d)

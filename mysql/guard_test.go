@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/mysql"
@@ -320,5 +321,34 @@ func TestGuardConformance(t *testing.T) {
 			open := func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn), opts...) }
 			return open, func(t testing.TB) { newIncarnation(t, openDB(t, dsn)) }
 		})
+	})
+}
+
+// TestNoNewTermStartsAfterQuarantineReturned: an acquire that read the
+// guard before a quarantine and then waited for a flag's row lock (held by
+// a fenced transaction) starts no term after Quarantine returned (issue
+// 29): it reads the guard again, locked, before it commits. In both modes,
+// alone and in a batch with another name.
+func TestNoNewTermStartsAfterQuarantineReturned(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		for _, together := range []bool{false, true} {
+			t.Run(map[bool]string{false: "Alone", true: "InABatch"}[together], func(t *testing.T) {
+				t.Parallel()
+				s, _, dsn := guarded(t, opts...)
+				other := newStore(t, openDB(t, dsn), opts...)
+				locks := openDB(t, dsn)
+				batchtest.CheckQuarantineHoldsAWaitingTakeover(t, s, other, other.AcquireTogether, func(term leadership.Term) func() {
+					tx, err := locks.Begin()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := mysql.Fence(context.Background(), tx, term); err != nil {
+						t.Fatal(err)
+					}
+					return func() { _ = tx.Rollback() }
+				}, together)
+			})
+		}
 	})
 }

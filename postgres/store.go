@@ -71,6 +71,18 @@ WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up)
 // as read (g_read) and as written (g_write), and the guard in force for
 // the statement (guard). They read the lease of a hold from a CTE lease
 // (one row, us) that the statement defines before them.
+//
+// g_read locks the record FOR KEY SHARE, which reads its latest committed
+// version (not the statement's snapshot) and keeps it until the statement
+// commits: a Quarantine, which locks it FOR UPDATE, waits for every acquire
+// statement that has read it, even one that then waits for a flag's row
+// lock, so no new term starts after Quarantine returned (a statement that
+// locks after the quarantine reads its hold). KEY SHARE conflicts with
+// FOR UPDATE only: acquire statements never wait for each other on it,
+// nor for g_write's UPDATE (FOR NO KEY UPDATE), and a Quarantine waiting
+// for them does not hold them up (PostgreSQL grants a lock that conflicts
+// with no holder at once, ahead of waiters). g_write joins g_read so that
+// the record is locked before it is updated, by one statement.
 const guardCTEs = `inc_read AS (
     SELECT incarnation FROM leadership_incarnation WHERE id = 1
 ), inc_new AS (
@@ -81,7 +93,7 @@ const guardCTEs = `inc_read AS (
 ), inc AS (
     SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
 ), g_read AS (
-    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
+    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1 FOR KEY SHARE
 ), g_write AS (
     UPDATE leadership_guard g SET
         incarnation = inc.id,
@@ -90,7 +102,7 @@ const guardCTEs = `inc_read AS (
         version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
             ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
         max_lease_us = greatest(g.max_lease_us, l.us)
-    FROM inc, lease l
+    FROM inc, lease l, g_read
     WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < l.us)
     RETURNING g.hold_until, g.version_floor
 ), guard AS (
