@@ -352,3 +352,52 @@ func TestNoNewTermStartsAfterQuarantineReturned(t *testing.T) {
 		}
 	})
 }
+
+// TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp: acquires take a
+// shared lock on the guard record just before they commit, and InnoDB
+// queues a shared lock behind a waiting exclusive one; so a Quarantine
+// that waited for the record, held by a transaction that does not end (a
+// process of statement mode stopped between its last two statements),
+// would hold up every acquire of the schema behind it. Quarantine takes
+// the record without waiting (FOR UPDATE NOWAIT) and tries again instead,
+// until its context ends, while acquires go on; once the record is free it
+// succeeds.
+func TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, _, dsn := guarded(t, opts...)
+		ctx := context.Background()
+		acquire(t, s, "warm", "a", 0, time.Minute)
+		stuck, err := openDB(t, dsn).Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stuck.Rollback() //nolint:errcheck // ended below
+		var hold int64
+		if err := stuck.QueryRow(`SELECT hold_until FROM leadership_guard WHERE id = 1 LOCK IN SHARE MODE`).Scan(&hold); err != nil {
+			t.Fatal(err)
+		}
+		quarantined := make(chan error, 1)
+		go func() {
+			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err := s.Quarantine(qctx, time.Minute)
+			quarantined <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the quarantine is trying
+		start := time.Now()
+		res := acquire(t, newStore(t, openDB(t, dsn), opts...), "other", "b", 0, time.Minute)
+		if took := time.Since(start); !res.Acquired || took > time.Second {
+			t.Errorf("an acquire while a Quarantine waited for the guard record = %+v after %v, want acquired at once", res, took)
+		}
+		if err := <-quarantined; err == nil || !strings.Contains(err.Error(), "locked") {
+			t.Errorf("Quarantine while a transaction kept the guard record locked = %v, want an error saying it stayed locked", err)
+		}
+		if err := stuck.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Quarantine(ctx, time.Minute); err != nil {
+			t.Fatalf("Quarantine once the record is free: %v", err)
+		}
+	})
+}
