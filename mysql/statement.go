@@ -167,6 +167,16 @@ const guardPasses = 3
 // autocommit). The first attempt after the server started finds no
 // incarnation: it rolls back (it wrote nothing), inserts one in a
 // transaction of its own and starts over.
+//
+// Unlike the procedures, which run from the re-read to the commit on the
+// server, this transaction keeps the guard record locked across the round
+// trip to its COMMIT (across two when it recorded a new incarnation or a
+// longer lease, with an exclusive lock). A process stopped (SIGSTOP) right
+// there holds the record until it resumes or its connection is closed: a
+// Quarantine keeps trying until its context ends (it never queues), a
+// statement recording a new incarnation or a longer lease waits, and,
+// behind an exclusive lock, so does every acquire's re-read, up to
+// innodb_lock_wait_timeout each.
 func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
 	st, err := s.statements(ctx)
 	if err != nil {
