@@ -382,8 +382,9 @@ type Option func(*Store)
 // log_bin_trust_function_creators: errors 1418 and 1419). Acquire then
 // sends the work of the procedure as plain statements in a short
 // transaction of its own (START TRANSACTION, the read of the failover
-// guard, the upsert, a read of the row and of LAST_INSERT_ID, COMMIT):
-// five round trips instead of one, with the same outcome, committed before
+// guard, the upsert, a read of the row and of LAST_INSERT_ID, the guard's
+// locked re-read, COMMIT): six round trips instead of one, with the same
+// outcome, committed before
 // the reply is trusted whatever the session's autocommit. The application
 // user needs no routine privilege (see Schema and privileges), and
 // [Store.Migrate] creates no routine. Both modes work on one database
