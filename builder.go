@@ -65,8 +65,8 @@ func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.c.lease = d; retur
 // RenewInterval sets how often the holder renews its term. Optional;
 // default Lease/3. RenewInterval + Timeout must be less than
 // Lease − SafetyMargin, so that a renewal can complete inside the trust
-// window. On a store that batches the attempts due together (postgres),
-// the holders of the flags of one Store in this process renew at shared
+// window. On a store that batches the attempts due together (postgres,
+// mysql and sqlite: those with a MaxAcquireBatch method), the holders of the flags of one Store in this process renew at shared
 // ticks, RenewInterval apart, so that the store renews them in a few round
 // trips: after each successful attempt the next renewal comes at the next
 // tick, never later than RenewInterval, so the first renewal of a term

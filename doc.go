@@ -47,10 +47,16 @@
 //     never sees Raised true while another holds the flag, and a reply that
 //     arrives after its window is not trusted. A suspended machine is
 //     another matter: its monotonic clock stops (see Suspend under Safety).
-//   - Fencing token. The row's version increases by exactly one at each new
-//     term (each acquisition that is not a renewal) and never otherwise;
+//   - Fencing token. The row's version increases at each new term (each
+//     acquisition that is not a renewal) and never changes otherwise:
 //     renewals keep it, release keeps it, rows are never deleted, so it never
-//     goes backwards. [Flag.Token] returns it while raised.
+//     goes backwards. It increases by exactly one, except for the first new
+//     terms after the failover guard of the postgres and mysql stores
+//     noticed a new database incarnation (see [Quarantiner] and
+//     docs/failover.md): those get at least the database clock in
+//     microseconds since 1970. A row at math.MaxInt64 starts no new term
+//     (an attempt that would start one fails with an error naming the
+//     flag). [Flag.Token] returns it while raised.
 //   - Fenced transactions. On the flag's own database, a transaction fenced
 //     with the flag or a [Term] (the Fence and RunFenced functions of
 //     packages postgres, mysql and sqlite) commits only while the row names

@@ -118,7 +118,9 @@ func (f *Flag) Holder() string {
 
 // Token returns the fencing token of the current term and true while the
 // flag is raised, or 0 and false. The token (the row's version) increases
-// by one at every new term and never otherwise, so a resource that records
+// at every new term (by one, except after a new database incarnation: see
+// Fencing token in the package documentation) and never changes
+// otherwise, so a resource that records
 // the highest token it has seen can refuse writes from a former leader that
 // still believes it leads (for example one that was frozen). The flag
 // cannot protect resources that do not check the token.

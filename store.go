@@ -42,10 +42,18 @@ type Store interface {
 	//     the flag in between.
 	//   - Otherwise, if there is no row, or the row's expiry is at or before
 	//     database-now (a released row expires at its release), a new term
-	//     starts: the holder becomes req.Holder, the version increases by
-	//     exactly one (a new row starts at version 1) and the expiry becomes
+	//     starts: the holder becomes req.Holder, the version increases (by
+	//     one, and a new row starts at version 1, except that a store with a
+	//     failover guard numbers new terms from its clock after a new
+	//     database incarnation: see [Quarantiner]) and the expiry becomes
 	//     database-now + req.Lease.
 	//   - Otherwise nothing changes.
+	//
+	// A row at the largest version, math.MaxInt64 (a row edited by hand),
+	// can start no new term: an attempt that would start one returns an
+	// error naming the flag, and only that attempt (the other requests of
+	// a batch are decided as usual); its current term is still renewed and
+	// released as usual.
 	//
 	// The result reports the row as it stands after the statement, whether
 	// the term now belongs to the requester, and the database clock at the
@@ -124,12 +132,20 @@ type SchemaVersioner interface {
 //
 // During a hold no new term starts: no takeover of an expired or released
 // row and no first acquisition of a name. Holders whose term has not
-// expired keep renewing it.
+// expired keep renewing it. The first new terms after a new incarnation
+// get versions of at least the database clock in microseconds since 1970
+// (the version floor), above every version issued before it: the one
+// place where a version increases by more than one.
 type Quarantiner interface {
 	// Quarantine makes sure that no new term starts before database-now + d:
 	// the hold ends at the later of that instant and the end of the hold
 	// already in force, never earlier. It returns the end of the hold by
-	// the database clock. d must be positive.
+	// the database clock. d must be positive. No new term starts after it
+	// returned, also by an acquire statement sent before and still in
+	// flight (one waiting for a flag's row lock, held by a fenced
+	// transaction): that one either committed before Quarantine returned
+	// (the postgres store's Quarantine waits for it) or sees the hold
+	// before it commits (the mysql store's acquire reads the guard again).
 	Quarantine(ctx context.Context, d time.Duration) (until time.Time, err error)
 
 	// QuarantinedUntil reports the end of the hold in force by the
@@ -177,8 +193,8 @@ type Record struct {
 	Name string
 	// Holder is "" when nobody holds the flag.
 	Holder string
-	// Version is the fencing token: it increases by one at every new term
-	// and never otherwise.
+	// Version is the fencing token: it increases at every new term (see
+	// [Store.Acquire]) and never changes otherwise.
 	Version int64
 	// RenewedAt is when the current term was last acquired or renewed, by
 	// the database clock.

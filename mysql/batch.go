@@ -21,9 +21,10 @@ import (
 // failover guard for all of them, each request decided by the rules of
 // leadership_acquire. In statement mode a batch of up to 32 is one
 // transaction: one read of the guard, then the upsert and the read of the
-// outcome of each request, between one START TRANSACTION and one COMMIT. A batch of one is an attempt alone,
-// exactly as without batching. Either way the batch has committed before
-// any result is returned.
+// outcome of each request, then the guard's locked re-read (see
+// acquireStatements), between one START TRANSACTION and one COMMIT. A
+// batch of one is an attempt alone, exactly as without batching. Either
+// way the batch has committed before any result is returned.
 const (
 	// maxSenders is how many batches of one Store may be in flight at once.
 	maxSenders = 2
@@ -148,7 +149,7 @@ func scanAcquiredMany(rows *sql.Rows, batch []*sqlstore.Pending, results []leade
 		return err
 	}
 	if len(cols) != 3 || cols[0] != "now" || cols[2] != "results" {
-		return fmt.Errorf("the procedure leadership_acquire_many returned the columns %v, not those of schema version 12: apply the migrations (Build does unless Migrate(false); or leadership migrate)", cols)
+		return fmt.Errorf("the procedure leadership_acquire_many returned the columns %v, not those of schema version 12 and later: apply the migrations (Build does unless Migrate(false); or leadership migrate)", cols)
 	}
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {

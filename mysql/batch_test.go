@@ -53,10 +53,10 @@ func TestOneBatchDecidesNamesThatNeedQuoting(t *testing.T) {
 
 // TestABatchIsOneRoundTrip checks, on a session of its own, that a batch
 // of renewals is one statement sent by the client in routine mode, and in
-// statement mode one transaction of one guard read and two statements per
-// renewal (START TRANSACTION, the guard, upsert and outcome for each,
-// COMMIT), and that neither prepares anything once the connection has
-// its statements.
+// statement mode one transaction of two guard reads and two statements per
+// renewal (START TRANSACTION, the guard, upsert and outcome for each, the
+// guard again under a shared lock, COMMIT), and that neither prepares
+// anything once the connection has its statements.
 func TestABatchIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	const renewals = 30 // within statement mode's batch of 32
@@ -64,7 +64,7 @@ func TestABatchIsOneRoundTrip(t *testing.T) {
 		name string
 		opts []mysql.Option
 		want int64 // statements per batch
-	}{{"routine", nil, 1}, {"statement", []mysql.Option{mysql.WithoutRoutines()}, 3 + 2*renewals}} {
+	}{{"routine", nil, 1}, {"statement", []mysql.Option{mysql.WithoutRoutines()}, 4 + 2*renewals}} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
@@ -196,4 +196,21 @@ func TestStatementModeSendsSmallBatches(t *testing.T) {
 	if n := newStore(t, db, mysql.WithoutRoutines()).MaxAcquireBatch(); n != 32 {
 		t.Errorf("statement mode batches up to %d requests, want 32", n)
 	}
+}
+
+// TestARowAtTheLargestVersionFailsAloneInItsBatch: a row at version
+// 2^63−1 can start no new term, and its attempt fails alone (issue 30),
+// where its batch (one CALL of leadership_acquire_many, or one transaction
+// in statement mode) once failed whole with error 1690, failing every
+// other flag in it.
+func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, db, _ := guarded(t, opts...)
+		batchtest.CheckPoisonedNeighbour(t, s, s.AcquireTogether, func(name string, version int64) {
+			if _, err := db.Exec(`UPDATE leadership_flags SET version = ? WHERE name = ?`, version, name); err != nil {
+				t.Fatal(err)
+			}
+		}, "")
+	})
 }

@@ -13,7 +13,7 @@ import (
 
 // BenchmarkAcquire measures one attempt: a renewal by the holder and a
 // losing attempt by another process, in routine mode (one CALL, one round
-// trip) and statement mode (a transaction of four statements), with
+// trip) and statement mode (a transaction of six statements), with
 // autocommit on (the default) and off in the DSN.
 func BenchmarkAcquire(b *testing.B) {
 	for _, m := range modes {

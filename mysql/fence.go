@@ -38,7 +38,13 @@ const fenceSQL = `SELECT holder, version FROM leadership_flags WHERE name = ? LO
 // Fence first, before the transaction's work: the transaction fails
 // before doing work in vain, and it takes the flag's lock before any
 // other, which avoids deadlocks with a takeover queued behind another
-// fenced transaction. The lock also delays this process's own renewals,
+// fenced transaction. A fence placed last covers the writes before it
+// only when leader is the [leadership.Term] taken before them (Flag.Term
+// at the job's start): the record locks those writes took do not hold a
+// takeover off, so with the *Flag, whose term is asked at the moment of
+// the fence, a transaction that wrote in term 1 passes the fence in term
+// 3 of the same process and commits after the fenced writes of another
+// process's term 2. The lock also delays this process's own renewals,
 // and the polls of followers: a fenced transaction that lasts longer than
 // the flag's Timeout makes renewals fail, and one that lasts longer than
 // the trust window lowers the flag (its later fences fail), while the

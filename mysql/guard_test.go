@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/batchtest"
 	"github.com/dbflag/leadership/internal/testdb"
 	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/mysql"
@@ -320,5 +321,83 @@ func TestGuardConformance(t *testing.T) {
 			open := func(t testing.TB) leadership.Store { return newStore(t, openDB(t, dsn), opts...) }
 			return open, func(t testing.TB) { newIncarnation(t, openDB(t, dsn)) }
 		})
+	})
+}
+
+// TestNoNewTermStartsAfterQuarantineReturned: an acquire that read the
+// guard before a quarantine and then waited for a flag's row lock (held by
+// a fenced transaction) starts no term after Quarantine returned (issue
+// 29): it reads the guard again, locked, before it commits. In both modes,
+// alone and in a batch with another name.
+func TestNoNewTermStartsAfterQuarantineReturned(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		for _, together := range []bool{false, true} {
+			t.Run(map[bool]string{false: "Alone", true: "InABatch"}[together], func(t *testing.T) {
+				t.Parallel()
+				s, _, dsn := guarded(t, opts...)
+				other := newStore(t, openDB(t, dsn), opts...)
+				locks := openDB(t, dsn)
+				batchtest.CheckQuarantineHoldsAWaitingTakeover(t, s, other, other.AcquireTogether, func(term leadership.Term) func() {
+					tx, err := locks.Begin()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := mysql.Fence(context.Background(), tx, term); err != nil {
+						t.Fatal(err)
+					}
+					return func() { _ = tx.Rollback() }
+				}, together)
+			})
+		}
+	})
+}
+
+// TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp: acquires take a
+// shared lock on the guard record just before they commit, and InnoDB
+// queues a shared lock behind a waiting exclusive one; so a Quarantine
+// that waited for the record, held by a transaction that does not end (a
+// process of statement mode stopped between its last two statements),
+// would hold up every acquire of the schema behind it. Quarantine takes
+// the record without waiting (FOR UPDATE NOWAIT) and tries again instead,
+// until its context ends, while acquires go on; once the record is free it
+// succeeds.
+func TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s, _, dsn := guarded(t, opts...)
+		ctx := context.Background()
+		acquire(t, s, "warm", "a", 0, time.Minute)
+		stuck, err := openDB(t, dsn).Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stuck.Rollback() //nolint:errcheck // ended below
+		var hold int64
+		if err := stuck.QueryRow(`SELECT hold_until FROM leadership_guard WHERE id = 1 LOCK IN SHARE MODE`).Scan(&hold); err != nil {
+			t.Fatal(err)
+		}
+		quarantined := make(chan error, 1)
+		go func() {
+			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err := s.Quarantine(qctx, time.Minute)
+			quarantined <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the quarantine is trying
+		start := time.Now()
+		res := acquire(t, newStore(t, openDB(t, dsn), opts...), "other", "b", 0, time.Minute)
+		if took := time.Since(start); !res.Acquired || took > time.Second {
+			t.Errorf("an acquire while a Quarantine waited for the guard record = %+v after %v, want acquired at once", res, took)
+		}
+		if err := <-quarantined; err == nil || !strings.Contains(err.Error(), "locked") {
+			t.Errorf("Quarantine while a transaction kept the guard record locked = %v, want an error saying it stayed locked", err)
+		}
+		if err := stuck.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Quarantine(ctx, time.Minute); err != nil {
+			t.Fatalf("Quarantine once the record is free: %v", err)
+		}
 	})
 }

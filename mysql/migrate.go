@@ -21,7 +21,9 @@ import (
 // golang-migrate into the table [migrations.MigrationsTable] of the
 // connection's database, then checks the flag table's shape and, in
 // routine mode, creates the procedures if a statement-mode Migrate left
-// them out. In statement mode ([WithoutRoutines]) the migrations that
+// them out. It refuses, before and after the migrations, a
+// leadership_incarnation table that is not or would not be MEMORY
+// (MariaDB's enforce_storage_engine), naming the fix. In statement mode ([WithoutRoutines]) the migrations that
 // create or drop a procedure are applied as statements that change nothing, under
 // the same versions, so no routine privilege is needed. Concurrent
 // calls from many processes are serialized by golang-migrate's GET_LOCK.
@@ -38,10 +40,16 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
+	if err := s.checkIncarnationEngine(ctx); err != nil {
+		return err
+	}
 	if err := s.migrate(ctx); err != nil {
 		return s.describeMigrate("apply migrations", err)
 	}
 	if err := s.checkShape(ctx); err != nil {
+		return err
+	}
+	if err := s.checkIncarnationEngine(ctx); err != nil {
 		return err
 	}
 	if s.noRoutines {
@@ -115,8 +123,8 @@ WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
 // routines are the procedures of routine mode and the newest migration
 // that creates each.
 var routines = []struct{ name, migration string }{
-	{"leadership_acquire", "mysql/0009_create_guarded_acquire.up.sql"},    // Acquire alone
-	{"leadership_acquire_many", "mysql/0012_create_batch_acquire.up.sql"}, // a batch (batch.go)
+	{"leadership_acquire", "mysql/0014_create_rechecked_acquire.up.sql"},            // Acquire alone
+	{"leadership_acquire_many", "mysql/0016_create_rechecked_batch_acquire.up.sql"}, // a batch (batch.go)
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
@@ -220,6 +228,53 @@ WHERE table_schema = DATABASE() AND table_name = 'leadership_flags'`)
 	return schema.Check("mysql", got, [][2]string{
 		{"name", "varchar"}, {"holder", "varchar"}, {"version", "bigint"}, {"renewed_at", "bigint"}, {"expires_at", "bigint"},
 	})
+}
+
+// checkIncarnationEngine fails, naming the fix, when leadership_incarnation
+// is not a MEMORY table (see migration 0007): the failover guard takes a
+// table that the server empties when it starts for its sign of a restart,
+// and any other engine keeps its rows, so the guard would never notice
+// one. MariaDB's enforce_storage_engine makes CREATE TABLE … ENGINE =
+// MEMORY fail (error 1290, which names NO_ENGINE_SUBSTITUTION only) or,
+// with a sql_mode without NO_ENGINE_SUBSTITUTION, create the table with
+// the enforced engine and a mere note (1266). So before the migrations it
+// refuses a missing table under such a setting, and after them any table
+// that is not MEMORY.
+func (s *Store) checkIncarnationEngine(ctx context.Context) error {
+	var engine, enforced sql.NullString
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT engine FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = 'leadership_incarnation')`).Scan(&engine); err != nil {
+			return err
+		}
+		// SHOW VARIABLES, unlike @@enforce_storage_engine, also works on
+		// MySQL, which has no such variable (no row).
+		var name string
+		err := tx.QueryRowContext(ctx, `SHOW SESSION VARIABLES LIKE 'enforce_storage_engine'`).Scan(&name, &enforced)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return describe("check the engine of leadership_incarnation", err)
+	}
+	setting := ""
+	if enforced.Valid && enforced.String != "" && !strings.EqualFold(enforced.String, "MEMORY") {
+		setting = fmt.Sprintf(" (the server has enforce_storage_engine=%s)", enforced.String)
+	}
+	const why = "the failover guard needs a MEMORY table, which the server empties when it starts, to notice restarts (docs/failover.md)"
+	switch {
+	case !engine.Valid && setting != "":
+		return fmt.Errorf("mysql: cannot create leadership_incarnation as a MEMORY table%s: %s, and the server would refuse the table or give it the engine %s, "+
+			"which keeps its rows: unset enforce_storage_engine while the migrations run (SET GLOBAL enforce_storage_engine = NULL; leadership migrate; "+
+			"then set it back: the table stays MEMORY)", setting, why, enforced.String)
+	case engine.Valid && !strings.EqualFold(engine.String, "MEMORY"):
+		return fmt.Errorf("mysql: table leadership_incarnation has the engine %s, not MEMORY%s: %s, and %s keeps its rows across restarts: "+
+			"with enforce_storage_engine unset (SET GLOBAL enforce_storage_engine = NULL, or SET SESSION as a user with SUPER), "+
+			"run ALTER TABLE leadership_incarnation ENGINE = MEMORY", engine.String, setting, why, engine.String)
+	}
+	return nil
 }
 
 // SchemaVersion reports the version of the applied migrations and whether

@@ -45,8 +45,9 @@
 // one CALL of leadership_acquire per request and tries the new procedure
 // again a minute later. In statement mode a batch of up to 32 is one
 // transaction: one read of the guard, then the upsert and the read of the
-// outcome of each request in turn, between one START TRANSACTION and one
-// COMMIT, every request decided at the guard read's clock.
+// outcome of each request in turn, then the guard's locked re-read,
+// between one START TRANSACTION and one COMMIT, every request decided at
+// the guard read's clock.
 //
 // # DSN
 //
@@ -84,7 +85,8 @@
 // for the application's user. With [WithoutRoutines] the store sends the
 // procedure's work as plain statements, in a transaction of its own
 // (START TRANSACTION, the read of the failover guard, the upsert, a SELECT
-// of LAST_INSERT_ID() and the row, COMMIT): five round trips per attempt
+// of LAST_INSERT_ID() and the row, the guard read again under a shared
+// lock, COMMIT): six round trips per attempt
 // instead of one, the same outcome, committed before the reply is
 // trusted whatever the session's autocommit. [Store.Migrate] then creates
 // no routine: it applies the same migration versions, with those that
@@ -143,10 +145,13 @@
 //
 // Cost while nothing fails: the procedure reads the MEMORY row and the
 // guard record (a consistent read, without a lock: acquisitions of
-// different flags do not wait for each other) in its one round trip;
-// statement mode sends the guard read as its second statement. The record
-// is written only when the incarnation changes or a lease longer than any
-// before is asked, under its row lock; Quarantine writes it too.
+// different flags do not wait for each other) in its one round trip, and
+// the record again under a shared lock after its upserts, just before it
+// commits, so that a Quarantine committed while it waited for a row lock
+// is seen (it then decides again); statement mode sends these reads as
+// statements of their own. The record is written only when the
+// incarnation changes or a lease longer than any before is asked, under
+// its row lock, after the upserts; Quarantine writes it too.
 //
 // # Schema and privileges
 //
@@ -377,8 +382,9 @@ type Option func(*Store)
 // log_bin_trust_function_creators: errors 1418 and 1419). Acquire then
 // sends the work of the procedure as plain statements in a short
 // transaction of its own (START TRANSACTION, the read of the failover
-// guard, the upsert, a read of the row and of LAST_INSERT_ID, COMMIT):
-// five round trips instead of one, with the same outcome, committed before
+// guard, the upsert, a read of the row and of LAST_INSERT_ID, the guard's
+// locked re-read, COMMIT): six round trips instead of one, with the same
+// outcome, committed before
 // the reply is trusted whatever the session's autocommit. The application
 // user needs no routine privilege (see Schema and privileges), and
 // [Store.Migrate] creates no routine. Both modes work on one database

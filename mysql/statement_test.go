@@ -167,10 +167,11 @@ func TestModesShareADatabase(t *testing.T) {
 }
 
 // TestStatementModeAcquireIsOneTransaction checks the cost
-// WithoutRoutines documents: an attempt is five statements (START
-// TRANSACTION, the guard read, the upsert, the read of the row, COMMIT)
-// and, once the connection has them, prepares nothing.
+// WithoutRoutines documents: an attempt is six statements (START
+// TRANSACTION, the guard read, the upsert, the read of the row, the
+// guard's locked re-read, COMMIT) and, once the connection has them,
+// prepares nothing.
 func TestStatementModeAcquireIsOneTransaction(t *testing.T) {
 	t.Parallel()
-	checkStatementsPerAttempt(t, 5, statementMode)
+	checkStatementsPerAttempt(t, 6, statementMode)
 }

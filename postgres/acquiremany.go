@@ -51,7 +51,8 @@ WITH req AS (
     WHERE (coalesce(($3::jsonb ->> excluded.name)::bigint, 0) > 0 AND f.holder = excluded.holder
            AND f.version = coalesce(($3::jsonb ->> excluded.name)::bigint, 0)
            AND (f.expires_at > excluded.renewed_at OR excluded.renewed_at >= (SELECT hold_until FROM guard)))
-       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard))
+       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard)
+           AND f.version < 9223372036854775807)
     RETURNING f.name, f.holder, f.version, f.renewed_at, f.expires_at
 )
 SELECT q.i, true, u.holder, u.version, u.renewed_at, u.expires_at, now() FROM up u JOIN req q ON q.name = u.name

@@ -144,3 +144,21 @@ func checkNamesThatNeedQuoting(t *testing.T, dsn, prefix string) {
 	}
 	batchtest.CheckNamesThatNeedQuoting(t, s.AcquireTogether, prefix)
 }
+
+// TestARowAtTheLargestVersionFailsAloneInItsBatch: a row at version
+// 2^63−1 can start no new term, and its attempt fails alone (issue 30),
+// where the statement deciding its batch once failed whole with "bigint
+// out of range", failing every other flag in it.
+func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	batchtest.CheckPoisonedNeighbour(t, s, s.AcquireTogether, func(name string, version int64) {
+		if _, err := pool.Exec(context.Background(), `UPDATE leadership_flags SET version = $2 WHERE name = $1`, name, version); err != nil {
+			t.Fatal(err)
+		}
+	}, "")
+}

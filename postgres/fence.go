@@ -37,7 +37,12 @@ const fenceSQL = `SELECT holder, version FROM leadership_flags WHERE name = $1 F
 //
 // Fence first, before the transaction's work: the transaction fails
 // before doing work in vain, and its reads come from the term too. A
-// fence placed last is just as safe but holds the lock a shorter time.
+// fence placed last covers the writes before it only when leader is the
+// [leadership.Term] taken before them (Flag.Term at the job's start): the
+// row locks those writes took do not hold a takeover off, so with the
+// *Flag, whose term is asked at the moment of the fence, a transaction
+// that wrote in term 1 passes the fence in term 3 of the same process and
+// commits after the fenced writes of another process's term 2.
 // The lock also delays this process's own renewals, and the polls of
 // followers: a fenced transaction that lasts longer than the flag's
 // Timeout makes renewals fail, and one that lasts longer than the trust

@@ -16,6 +16,12 @@ var _ leadership.Quarantiner = (*Store)(nil)
 // Quarantine implements [leadership.Quarantiner]: no new term starts in the
 // current schema before database-now + d (or the end of a longer hold
 // already in force). Holders whose term has not expired keep renewing it.
+// It locks the guard record FOR UPDATE, so it waits for the acquire
+// statements in flight, each of which holds the record FOR KEY SHARE from
+// its read of the guard to its commit, including one waiting for a flag's
+// row lock (held by a fenced transaction, say): they end before Quarantine
+// returns, and later ones read its hold. database-now is the clock when
+// the lock is granted.
 // Use it from a failover hook when the store cannot see the failover (see
 // docs/failover.md), or through `leadership quarantine`.
 func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, error) {
@@ -26,8 +32,9 @@ func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, err
 	var until time.Time
 	err := s.committed(ctx, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, `
-UPDATE leadership_guard SET hold_until = greatest(hold_until, now() + $1::bigint * interval '1 microsecond')
-WHERE id = 1 RETURNING hold_until`, micros).Scan(&until)
+WITH locked AS (SELECT id FROM leadership_guard WHERE id = 1 FOR UPDATE)
+UPDATE leadership_guard g SET hold_until = greatest(g.hold_until, clock_timestamp() + $1::bigint * interval '1 microsecond')
+FROM locked WHERE g.id = locked.id RETURNING g.hold_until`, micros).Scan(&until)
 	})
 	if err != nil {
 		return time.Time{}, describe("quarantine", guardMissing(err))

@@ -220,3 +220,34 @@ func TestGuardRulesHoldForFlagsDecidedInOneStatement(t *testing.T) {
 	}
 	batchtest.CheckGuardRules(t, s, s.AcquireTogether, func() { newIncarnation(t, pool) })
 }
+
+// TestNoNewTermStartsAfterQuarantineReturned: an acquire statement that
+// read the guard before a quarantine and then waited for a flag's row lock
+// (held by a fenced transaction) starts no term after Quarantine returned
+// (issue 29): the quarantine waits for it. Alone, and in one statement
+// with another name.
+func TestNoNewTermStartsAfterQuarantineReturned(t *testing.T) {
+	t.Parallel()
+	base := testdb.Postgres(t)
+	for _, together := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Alone", true: "InABatch"}[together], func(t *testing.T) {
+			t.Parallel()
+			dsn := schemaDSN(t, base)
+			s, other := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			locks := newPool(t, dsn)
+			batchtest.CheckQuarantineHoldsAWaitingTakeover(t, s, other, other.AcquireTogether, func(term leadership.Term) func() {
+				tx, err := locks.Begin(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := postgres.Fence(context.Background(), tx, term); err != nil {
+					t.Fatal(err)
+				}
+				return func() { _ = tx.Rollback(context.Background()) }
+			}, together)
+		})
+	}
+}

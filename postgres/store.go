@@ -29,7 +29,10 @@ import (
 // with a version at or above the floor; an expired own term begun under an
 // earlier incarnation (its version is below the floor) is not renewed but
 // replaced by a new term, since a lost later term may have raised a higher
-// token meanwhile. The last branches report a loss:
+// token meanwhile. A row at the largest version takes no new term (its
+// version + 1 would fail the statement, and with it a whole batch): it
+// loses, free, which the batcher reports as an error of its request alone
+// (sqlstore.Exhausted). The last branches report a loss:
 // the row with its expiry raised to the hold's end, or a name without a
 // row, free but held.
 const acquireSQL = `
@@ -49,7 +52,8 @@ WITH lease AS (
         expires_at = excluded.expires_at
     WHERE ($3::bigint > 0 AND f.holder = excluded.holder AND f.version = $3::bigint
            AND (f.expires_at > excluded.renewed_at OR excluded.renewed_at >= (SELECT hold_until FROM guard)))
-       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard))
+       OR (f.expires_at <= excluded.renewed_at AND excluded.renewed_at >= (SELECT hold_until FROM guard)
+           AND f.version < 9223372036854775807)
     RETURNING f.holder, f.version, f.renewed_at, f.expires_at
 )
 SELECT true, holder, version, renewed_at, expires_at, now() FROM up
@@ -67,6 +71,18 @@ WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up)
 // as read (g_read) and as written (g_write), and the guard in force for
 // the statement (guard). They read the lease of a hold from a CTE lease
 // (one row, us) that the statement defines before them.
+//
+// g_read locks the record FOR KEY SHARE, which reads its latest committed
+// version (not the statement's snapshot) and keeps it until the statement
+// commits: a Quarantine, which locks it FOR UPDATE, waits for every acquire
+// statement that has read it, even one that then waits for a flag's row
+// lock, so no new term starts after Quarantine returned (a statement that
+// locks after the quarantine reads its hold). KEY SHARE conflicts with
+// FOR UPDATE only: acquire statements never wait for each other on it,
+// nor for g_write's UPDATE (FOR NO KEY UPDATE), and a Quarantine waiting
+// for them does not hold them up (PostgreSQL grants a lock that conflicts
+// with no holder at once, ahead of waiters). g_write joins g_read so that
+// the record is locked before it is updated, by one statement.
 const guardCTEs = `inc_read AS (
     SELECT incarnation FROM leadership_incarnation WHERE id = 1
 ), inc_new AS (
@@ -77,7 +93,7 @@ const guardCTEs = `inc_read AS (
 ), inc AS (
     SELECT coalesce((SELECT incarnation FROM inc_read), (SELECT incarnation FROM inc_new)) AS id
 ), g_read AS (
-    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1
+    SELECT incarnation, hold_until, version_floor, max_lease_us FROM leadership_guard WHERE id = 1 FOR KEY SHARE
 ), g_write AS (
     UPDATE leadership_guard g SET
         incarnation = inc.id,
@@ -86,7 +102,7 @@ const guardCTEs = `inc_read AS (
         version_floor = CASE WHEN g.incarnation IN ('', inc.id) THEN g.version_floor
             ELSE greatest(g.version_floor, (extract(epoch FROM now()) * 1000000)::bigint) END,
         max_lease_us = greatest(g.max_lease_us, l.us)
-    FROM inc, lease l
+    FROM inc, lease l, g_read
     WHERE g.id = 1 AND inc.id IS NOT NULL AND (g.incarnation <> inc.id OR g.max_lease_us < l.us)
     RETURNING g.hold_until, g.version_floor
 ), guard AS (

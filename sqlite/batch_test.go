@@ -177,3 +177,22 @@ WHEN NEW.name = 'm-poison' AND NEW.holder <> '' BEGIN SELECT RAISE(ABORT, 'poiso
 		}
 	}
 }
+
+// TestARowAtTheLargestVersionFailsAloneInItsBatch: a row at version
+// 2^63−1 can start no new term, and its attempt fails alone (issue 30),
+// where its batch's transaction once rolled back whole, failing every
+// other flag in it.
+func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
+	t.Parallel()
+	s, path := openFileAt(t)
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchtest.CheckPoisonedNeighbour(t, s, s.AcquireTogether, func(name string, version int64) {
+		if _, err := db.Exec(`UPDATE leadership_flags SET version = ? WHERE name = ?`, version, name); err != nil {
+			t.Fatal(err)
+		}
+	}, "")
+}

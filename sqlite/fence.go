@@ -37,7 +37,9 @@ WHERE name = ?1 AND holder = ?2 AND version = ?3`
 //
 // Fence first, as the transaction's first statement. A transaction that
 // begins with BEGIN IMMEDIATE (a *sql.DB from [Open], or _txlock=immediate
-// in the DSN) holds the write lock from its start and may fence anywhere;
+// in the DSN) holds the write lock from its start and may fence anywhere
+// (and a deferred one from its first write: no other term can start
+// between that write and the fence, unlike on PostgreSQL and MySQL);
 // a deferred one that has read before the fence fails with SQLITE_BUSY
 // (BUSY_SNAPSHOT) at once when another connection wrote since its read,
 // instead of waiting, and must be run again (see [RunFenced]).

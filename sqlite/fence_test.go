@@ -65,7 +65,8 @@ func TestFence(t *testing.T) {
 						return fn(storetest.SQLTx{Tx: tx, FenceFunc: sqlite.Fence})
 					})
 				},
-				Retry: busyError{},
+				Retry:     busyError{},
+				OneWriter: true,
 			})
 		})
 	}

@@ -29,7 +29,10 @@ func (s *Store) acquireOn(ctx context.Context, conn *sql.Conn, req leadership.Re
 	// A row is free when its term has expired by the host clock of this
 	// boot, when an earlier boot wrote it, or, when an older version of
 	// this package wrote it (host_boot ''), when it has expired by the wall
-	// clock, as that version judges it.
+	// clock, as that version judges it. A row at the largest version takes
+	// no new term (version + 1 would turn into a REAL): it loses, free,
+	// which the batcher reports as an error of its request alone
+	// (sqlstore.Exhausted).
 	err := conn.QueryRowContext(ctx, clockCTE(5)+`
 INSERT INTO leadership_flags (`+columns+`)
 SELECT ?1, ?2, 1, c.wall, c.wall + ?4, ?6, c.host, c.host + ?4, 1 FROM c WHERE true
@@ -44,11 +47,11 @@ ON CONFLICT (name) DO UPDATE SET
     host_expires_at = excluded.host_expires_at,
     host_writes = leadership_flags.host_writes + 1
 WHERE (?3 > 0 AND leadership_flags.holder = excluded.holder AND leadership_flags.version = ?3)
-   OR CASE leadership_flags.host_boot
-          WHEN excluded.host_boot THEN leadership_flags.host_expires_at <= excluded.host_renewed_at
-          WHEN '' THEN leadership_flags.expires_at <= excluded.renewed_at
-          ELSE 1
-      END
+   OR (CASE leadership_flags.host_boot
+           WHEN excluded.host_boot THEN leadership_flags.host_expires_at <= excluded.host_renewed_at
+           WHEN '' THEN leadership_flags.expires_at <= excluded.renewed_at
+           ELSE 1
+       END AND leadership_flags.version < 9223372036854775807)
 RETURNING version, renewed_at, host_renewed_at, host_expires_at`,
 		req.Name, req.Holder, req.Version, leaseMillis, s.tb.key, s.tb.boot).Scan(&version, &wall, &renewed, &expires)
 	switch {

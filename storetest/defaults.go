@@ -124,8 +124,8 @@ func trueWithin(report func() bool, limit time.Duration) bool {
 // Hinter is implemented by stores whose release notifications also carry
 // releases by other processes, as a hint they do not claim (they have no
 // NotifiesOtherProcesses method, or it reports false): the mysql store
-// (a user-level lock per holder) and, on Linux, the sqlite store (a file
-// watcher). Flags do not use it; the suite checks with it that a graceful
+// (user-level locks; see its package documentation) and, on Linux, the
+// sqlite store (a file watcher). Flags do not use it; the suite checks with it that a graceful
 // handover between processes comes well before the follower's poll.
 type Hinter interface {
 	// HintsOtherProcesses reports whether releases by other processes

@@ -38,6 +38,11 @@ func ApplyFS(fsys fs.FS, dialect, driverName string, drv database.Driver) (err e
 		drv.Close()
 		return err
 	}
+	// golang-migrate reads migrations ahead into a channel of this size
+	// and, when one fails, stops reading it: with more migrations pending
+	// than it holds, its reading goroutine blocks for good (a leak at each
+	// failed Migrate). Room for every migration of a dialect.
+	m.PrefetchMigrations = 256
 	defer func() {
 		srcErr, dbErr := m.Close()
 		if err == nil {

@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +33,9 @@ import (
 // statement of the batch reads the database clock after the send; the
 // batch commits before any result is returned, and a failed statement
 // rolls the whole batch back, returning the error to every request in it.
+// So the statements must not fail for one row: a row that cannot take a
+// new term (one at the largest version, see [Exhausted]) loses, and only
+// its request gets an error.
 // An error the client finds after the commit (a reply it cannot read) is
 // returned to every request too, as a lost reply is: the requests may have
 // taken effect, and each flag's next attempt learns its row.
@@ -176,14 +181,32 @@ func (b *Batcher) send(ctx context.Context, batch []*Pending) {
 	SortByName(batch)
 	results, err := b.Send(ctx, batch)
 	for i, p := range batch {
-		if err != nil {
+		switch {
+		case err != nil:
 			p.err = b.Describe(p.Req.Name, err)
-		} else {
+		case Exhausted(results[i]):
+			p.err = b.Describe(p.Req.Name, errExhausted)
+		default:
 			p.res = results[i]
 		}
 		close(p.done)
 	}
 }
+
+// Exhausted reports whether res is the loss of an attempt on a free row at
+// the largest version, math.MaxInt64, on which the acquire statements
+// start no new term (version + 1 would overflow, and failing the
+// statement would fail its whole batch): the row is free (its expiry is
+// not after the statement's clock; during a hold the expiry reported is
+// the hold's end) and the attempt still lost.
+func Exhausted(res leadership.Result) bool {
+	return !res.Acquired && res.Version == math.MaxInt64 && !res.ExpiresAt.After(res.Now)
+}
+
+// errExhausted is the error of an attempt that [Exhausted] describes.
+var errExhausted = fmt.Errorf("the row is at version %d, the largest a version can hold (edited by hand?), so no new term can start on it; "+
+	"a holder of its current term can still renew and release it. Set its version back to the last token actually issued "+
+	"(UPDATE leadership_flags SET version = … WHERE name = …), or use another flag name", int64(math.MaxInt64))
 
 // SortByName sorts batch by name, in byte order, keeping the order of the
 // requests of one name: the order Send receives a batch in.

@@ -1,0 +1,1 @@
+DROP PROCEDURE IF EXISTS leadership_acquire_many
