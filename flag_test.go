@@ -378,6 +378,35 @@ func TestSameProcessNameNeverBothRaise(t *testing.T) {
 	})
 }
 
+// TestFlagsOfOneProcessShareTheDefaultHolderName: the default process name
+// is computed once per process, and two flags of one name under it never
+// both raise, also when the holder stalls past its lease.
+func TestFlagsOfOneProcessShareTheDefaultHolderName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New()
+		stall := faultstore.Wrap(s)
+		a := build(t, stall, "")
+		b := build(t, s, "")
+		if a.Process() != b.Process() || a.Process() == "" {
+			t.Fatalf("default process names %q and %q, want one name per process", a.Process(), b.Process())
+		}
+		if !a.Raised() || b.Raised() {
+			t.Fatal("the first flag should lead, the second follow")
+		}
+		resume := stall.Hang()
+		if err := b.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		resume()
+		for range 100 {
+			time.Sleep(testLease / 10)
+			if a.Raised() && b.Raised() {
+				t.Fatal("both flags raised")
+			}
+		}
+	})
+}
+
 func TestLeaderContextAndCallbacksFollowTheTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New()
