@@ -227,52 +227,38 @@ func TestBellNamesFitAndNeedNoQuoting(t *testing.T) {
 	}
 }
 
-// TestAWaiterReconnects kills the waiter's connection, as a server
-// restart or a network failure does, and checks that the waiter takes a
-// new one: the next release still reaches the follower well before its
-// poll.
-func TestAWaiterReconnects(t *testing.T) {
+// TestAWaiterWaitsAgainAfterItsConnectionOrWaitIsKilled kills the
+// waiter's connection (KILL, as a server restart or a network failure
+// does) or its statement (KILL QUERY, as an administrator or a statement
+// timeout does: GET_LOCK then returns NULL or fails): the waiter waits
+// again on a new connection after its pause of 1 s, and the next release
+// still reaches the follower well before its poll.
+func TestAWaiterWaitsAgainAfterItsConnectionOrWaitIsKilled(t *testing.T) {
 	t.Parallel()
-	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	const lease, poll = 30 * time.Second, 5 * time.Second
-	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "reconnect", "l", lease, poll)
-	store := newStore(t, openDB(t, dsn))
-	follower := buildFlag(t, store, "reconnect", "f", lease, poll)
-	if !leader.Raised() || follower.Raised() {
-		t.Fatal("the first flag should lead, the second follow")
+	for _, kill := range []string{"KILL", "KILL QUERY"} {
+		t.Run(kill, func(t *testing.T) {
+			t.Parallel()
+			dsn := freshDatabase(t, testdb.MySQL(t), nil)
+			const lease, poll = 30 * time.Second, 5 * time.Second
+			leader := buildFlag(t, newStore(t, openDB(t, dsn)), "killed", "l", lease, poll)
+			store := newStore(t, openDB(t, dsn))
+			follower := buildFlag(t, store, "killed", "f", lease, poll)
+			if !leader.Raised() || follower.Raised() {
+				t.Fatal("the first flag should lead, the second follow")
+			}
+			admin := openDB(t, dsn)
+			waits := waitsOnBells(t, admin, 1)
+			if _, err := admin.Exec(kill+` ?`, waits[0].id); err != nil {
+				t.Fatalf("%s %d (the waiter's): %v", kill, waits[0].id, err)
+			}
+			time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new wait
+			if !store.HintsOtherProcesses() {
+				t.Fatal("the waiter does not wait again")
+			}
+			took := handOver(t, leader, follower, poll, "the waiter should have waited again and woken the follower")
+			t.Logf("handover after %s took %v", kill, took)
+		})
 	}
-	admin := openDB(t, dsn)
-	waits := waitsOnBells(t, admin, 1)
-	if _, err := admin.Exec(`KILL ?`, waits[0].id); err != nil {
-		t.Fatalf("kill the waiter's connection %d: %v", waits[0].id, err)
-	}
-	time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new connection
-	if !store.HintsOtherProcesses() {
-		t.Fatal("the waiter did not wait again after its connection was killed")
-	}
-	took := handOver(t, leader, follower, poll, "the waiter should have reconnected and woken the follower")
-	t.Logf("handover after the waiter's reconnection took %v", took)
-}
-
-// TestAWaiterWaitsAgainAfterItsWaitIsKilled kills the statement of the
-// waiter (KILL QUERY, as an administrator or a statement timeout does:
-// GET_LOCK then returns NULL or fails): the waiter waits again after its
-// pause of 1 s, and a release still wakes the follower well before its
-// poll.
-func TestAWaiterWaitsAgainAfterItsWaitIsKilled(t *testing.T) {
-	t.Parallel()
-	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	const lease, poll = 30 * time.Second, 5 * time.Second
-	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "killed", "l", lease, poll)
-	follower := buildFlag(t, newStore(t, openDB(t, dsn)), "killed", "f", lease, poll)
-	admin := openDB(t, dsn)
-	waits := waitsOnBells(t, admin, 1)
-	if _, err := admin.Exec(`KILL QUERY ?`, waits[0].id); err != nil {
-		t.Fatalf("kill the waiter's wait %d: %v", waits[0].id, err)
-	}
-	time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new wait
-	took := handOver(t, leader, follower, poll, "the waiter should have waited again and woken the follower")
-	t.Logf("handover after the waiter's wait was killed took %v", took)
 }
 
 // TestAWaiterMovesToTheHolderItsFlagsWaitOn has a store follow two flags
