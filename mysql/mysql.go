@@ -209,35 +209,35 @@
 //     process lead under one holder name, one holds the bell and rings it
 //     for the other's releases too.
 //   - A waiter waits on the bell of a holder name that flags of the store
-//     lost to (SELECT GET_LOCK(bell, 300), on a connection of its own):
-//     one per holder name, up to four, those most flags wait on (fewer on
-//     a pool capped below six connections, so that one stays for the
-//     flags' statements); a name followed is not given up for one more
-//     flags wait on, and flags waiting on the names beyond poll. When
-//     granted, the waiter releases the lock at once, so that every waiting
-//     store is granted in turn, reads the free rows (one SELECT, in
-//     autocommit mode), and wakes the flags waiting on a row that has
-//     become free (a new (name, version) pair), as a release in this
-//     process wakes them. A waiter stops when no flag of the store waits
-//     on its holder name any more (one took the row over, saw another
-//     holder, or was closed): its wait is cut short (the driver closes the
-//     connection).
+//     lost to (SELECT GET_LOCK(bell, 300) unless nobody holds it, on a
+//     connection of its own): one per holder name, up to four, those most
+//     flags wait on (fewer on a pool capped below six connections, so
+//     that one stays for the flags' statements); a name followed is not
+//     given up for one more flags wait on, and flags waiting on the names
+//     beyond poll. When granted, the waiter releases the lock at once, so
+//     that every waiting store is granted in turn, reads the free rows
+//     (one SELECT, in autocommit mode), and wakes the flags waiting on a
+//     row that has become free (a new (name, version) pair), as a release
+//     in this process wakes them. A waiter stops when no flag of the
+//     store waits on its holder name any more (one took the row over, saw
+//     another holder, or was closed): its wait is cut short (the driver
+//     closes the connection).
 //
 // Cost: one connection for the bells while the store leads, and one per
-// holder name it follows (four at most), whatever the number of flags;
-// an idle follower's store sends one statement per 5 minutes and holder
-// name followed (the GET_LOCK that timed out), its flags the same polls
-// as without it; a release sends one statement on the holder's side and
+// holder name it follows (four at most), whatever the number of flags; an
+// idle follower's store sends one statement per 5 minutes and holder name
+// followed (the GET_LOCK that timed out), its flags the same polls as
+// without it; a release sends one statement on the holder's side and
 // three on each follower's store (RELEASE_LOCK, the SELECT of the free
 // rows, the next GET_LOCK). A waiter looks at the rows at most once per
 // 0.1 s, whatever the rings. A bell found free (its store crashed,
-// closed, or has not taken it yet) makes the waiter look at the rows
-// once (the store may have given its bell up right after its last
-// release) and leave the bell alone for 0.1 s, then fourfold longer up to
-// 30 s while it stays free, so a crashed holder costs a few statements,
-// not a busy loop. A wait cut by a timeout of the client (readTimeout in
-// the DSN) or of the server (max_statement_time, max_execution_time)
-// after t makes later waits last half of t.
+// closed, or has not taken it yet) makes the waiter look at the rows (the
+// store may have given its bell up right after its last release) and
+// leave the bell alone for 0.1 s, then fourfold longer up to 30 s while
+// it stays free, so a crashed holder costs a few statements, not a busy
+// loop. A wait cut by a timeout of the client (readTimeout in the DSN) or
+// of the server (max_statement_time, max_execution_time) after t makes
+// later waits last half of t.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell
@@ -253,19 +253,21 @@
 // other holder names, when the waiter's connection has failed or the
 // server refused its statement (a server restart, a network failure, a
 // killed query: it tries again on a new connection after 1 s, doubling up
-// to a minute), when two processes lead under one holder name (only one
-// holds its bell; the other tries again after 0.1 s, doubling up to a
-// minute), and between this version and an earlier one, which rang other
-// locks (during a rolling upgrade). Neither the bell nor a waiter runs on
-// a pool limited to fewer than three connections. So the store does not
-// report that its notifications reach other processes (no
-// NotifiesOtherProcesses method), the default poll interval stays capped
-// at 2 s, and [Store.HintsOtherProcesses] reports whether a waiter waits
-// on a held bell. [Store.Close] stops the bells and the waiters and gives
-// their connections back. Both modes use the same statements: no routine
-// is involved. The locks live on the server the pool connects to:
-// processes whose pools reach different nodes of a cluster (Galera) or a
-// proxy that does not pin sessions do not hear each other's bells.
+// to a minute), when the bell's connection failed (its store notices at
+// its next ring, and takes the bell again after 0.1 s), when two
+// processes lead under one holder name (only one holds its bell; the
+// other tries again after 0.1 s, doubling up to a minute), and between
+// this version and an earlier one, which rang other locks (during a
+// rolling upgrade). Neither the bell nor a waiter runs on a pool limited
+// to fewer than three connections. So the store does not report that its
+// notifications reach other processes (no NotifiesOtherProcesses method),
+// the default poll interval stays capped at 2 s, and
+// [Store.HintsOtherProcesses] reports whether a waiter waits on a held
+// bell. [Store.Close] stops the bells and the waiters and gives their
+// connections back. Both modes use the same statements: no routine is
+// involved. The locks live on the server the pool connects to: processes
+// whose pools reach different nodes of a cluster (Galera) or a proxy that
+// does not pin sessions do not hear each other's bells.
 package mysql
 
 import (
