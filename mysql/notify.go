@@ -65,17 +65,14 @@ func (s *Store) observe(req leadership.Request, res leadership.Result) {
 	s.hub.Follow(req.Name, waitsOn)
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	lost := term{req.Name, req.Holder, req.Version}
-	if _, led := s.leading[lost]; led && !res.Acquired {
-		delete(s.leading, lost)
-		s.startBell() // gives the bell up after the holder's last term
-	}
 	if won := (term{req.Name, req.Holder, res.Version}); res.Acquired {
 		_, known := s.leading[won]
-		s.leading[won] = time.Now().Add(req.Lease)
-		if !known {
+		if s.leading[won] = time.Now().Add(req.Lease); !known {
 			s.startBell()
 		}
+	} else if lost := (term{req.Name, req.Holder, req.Version}); !s.leading[lost].IsZero() {
+		delete(s.leading, lost)
+		s.startBell() // gives the bell up after the holder's last term
 	}
 }
 
