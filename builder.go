@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mathrand "math/rand/v2"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,9 +53,10 @@ func (b *FlagBuilder) Store(s Store) *FlagBuilder { b.c.store = s; return b }
 func (b *FlagBuilder) Name(name string) *FlagBuilder { b.c.name = name; return b }
 
 // Process sets the name this process is known by in the database (the
-// holder). Optional; the default is hostname, pid and a random suffix, so
-// unique per flag. Two flags built with the same process name and flag name
-// still never both raise: renewal is scoped to the term each acquired.
+// holder). Optional; the default is hostname, pid and a random suffix,
+// one per process: every flag of the process built without Process has
+// it. Two flags built with the same process name and flag name still
+// never both raise: renewal is scoped to the term each acquired.
 func (b *FlagBuilder) Process(process string) *FlagBuilder { b.c.process = process; return b }
 
 // Lease sets how long a term lasts after each successful renewal, by the
@@ -291,8 +293,13 @@ func defaultPollInterval(store Store, lease time.Duration) time.Duration {
 	return min(lease/3, maxDefaultPollInterval)
 }
 
-// defaultProcess names this process: hostname, pid and a random suffix.
-func defaultProcess() string {
+// defaultProcess names this process: hostname, pid and a random suffix,
+// computed once, so that every flag of the process built without
+// [FlagBuilder.Process] leads under one holder name (the mysql store then
+// follows a process through one lock). Two flags of one process with the
+// same flag name and this holder never both raise: renewal is scoped to
+// the term each acquired.
+var defaultProcess = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
@@ -304,7 +311,7 @@ func defaultProcess() string {
 		name = name[len(name)-MaxNameLength:]
 	}
 	return name
-}
+})
 
 // Build checks the settings, applies the store's migrations (unless
 // [FlagBuilder.Migrate] turned that off), registers the metrics, makes the

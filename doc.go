@@ -82,10 +82,13 @@
 //     the row, which expires at once; followers notice at their next poll, or
 //     at once when the store notifies releases (postgres with LISTEN/NOTIFY;
 //     sqlite across processes on Linux and mysql through the holder's
-//     bell, both as hints; memstore within one process). With
-//     [FlagBuilder.HoldAtLeast], Close lowers at once but keeps the term,
-//     renewed, until the hold has passed since it was acquired, then
-//     releases it.
+//     bell, both as hints; memstore within one process). Notifications
+//     bring an attempt forward at most once per Lease/20, so that a flood
+//     of them (anyone who can connect can NOTIFY) costs a flag at most one
+//     attempt more per Lease/20; a release after a quiet Lease/20 wakes
+//     followers at once. With [FlagBuilder.HoldAtLeast], Close lowers at
+//     once but keeps the term, renewed, until the hold has passed since it
+//     was acquired, then releases it.
 //   - Errors lower nothing early. A failed renewal is retried with backoff;
 //     the flag stays raised until the end of its trust window, is lowered
 //     then, and is raised again when the database answers and the term is

@@ -352,30 +352,40 @@ func TestBuildFailsWhenTheDatabaseIsDown(t *testing.T) {
 	})
 }
 
+// TestSameProcessNameNeverBothRaise builds two flags of one name under one
+// process name, given ("twin") or the default, which is one per process:
+// they never both raise, also when the holder stalls past its lease.
 func TestSameProcessNameNeverBothRaise(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New()
-		stall := faultstore.Wrap(s)
-		a := build(t, stall, "twin")
-		b := build(t, s, "twin")
-		if b.Raised() {
-			t.Fatal("the second instance raised while the first holds the term")
-		}
-		resume := stall.Hang()
-		if err := b.Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		resume()
-		for range 100 {
-			time.Sleep(testLease / 10)
-			if a.Raised() && b.Raised() {
-				t.Fatal("both instances raised")
-			}
-		}
-		if a.Raised() {
-			t.Fatal("the first instance renewed the second instance's term")
-		}
-	})
+	for _, process := range []string{"twin", ""} {
+		t.Run("process="+process, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := memstore.New()
+				stall := faultstore.Wrap(s)
+				a := build(t, stall, process)
+				b := build(t, s, process)
+				if a.Process() != b.Process() {
+					t.Fatalf("process names %q and %q, want one", a.Process(), b.Process())
+				}
+				if b.Raised() {
+					t.Fatal("the second instance raised while the first holds the term")
+				}
+				resume := stall.Hang()
+				if err := b.Wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				resume()
+				for range 100 {
+					time.Sleep(testLease / 10)
+					if a.Raised() && b.Raised() {
+						t.Fatal("both instances raised")
+					}
+				}
+				if a.Raised() {
+					t.Fatal("the first instance renewed the second instance's term")
+				}
+			})
+		})
+	}
 }
 
 func TestLeaderContextAndCallbacksFollowTheTerm(t *testing.T) {

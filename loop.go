@@ -7,17 +7,32 @@ import (
 )
 
 // run is the background loop: one goroutine, one timer, woken early by
-// release notifications, stopped by Close.
+// release notifications (at most once per wakeGap), stopped by Close.
 func (f *Flag) run(delay time.Duration) {
 	defer close(f.loopDone)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
+	due := f.now() + int64(delay)
+	var (
+		nextWake int64 // the earliest instant a notification may bring an attempt
+		woken    bool  // the timer was brought forward by a notification
+	)
 	for {
 		select {
 		case <-f.loopCtx.Done():
 			return
 		case <-timer.C:
 		case <-f.wake:
+			woken = true
+			if now := f.now(); now < nextWake {
+				// Coalesced: one attempt at nextWake for every
+				// notification until then, unless one is due sooner.
+				if nextWake < due {
+					timer.Reset(time.Duration(nextWake - now))
+					due = nextWake
+				}
+				continue
+			}
 		}
 		if f.loopCtx.Err() != nil {
 			// Close raced with a wake-up and select picked the wake-up: make
@@ -26,10 +41,23 @@ func (f *Flag) run(delay time.Duration) {
 			// release).
 			return
 		}
+		if woken {
+			nextWake, woken = f.now()+int64(f.wakeGap()), false
+		}
 		delay, _ = f.attemptWith(f.loopCtx)
 		timer.Reset(delay)
+		due = f.now() + int64(delay)
 	}
 }
+
+// wakeGap is the least time between two attempts that release
+// notifications bring forward: Lease/20, the default jitter, by which a
+// scheduled attempt may come late anyway. A notification is a hint anyone
+// may send (on PostgreSQL any role that can connect can NOTIFY), so a
+// flood of them costs a flag at most one attempt more per wakeGap, while
+// the first notification after a quiet wakeGap (a genuine release) wakes
+// the flag at once.
+func (f *Flag) wakeGap() time.Duration { return f.c.lease / 20 }
 
 // attemptWith makes one attempt (precheck, then acquire or renew) and
 // returns how long to wait before the next one, and the database error if

@@ -228,8 +228,8 @@ func mysqlBenchmark(dsn string) string {
 }
 
 // mysqlFollowBenchmark runs the mysql package's benchmark of graceful
-// handovers to a store that follows four leading stores, with its watcher
-// and helpers and with room for the watcher alone, on the server of dsn.
+// handovers to a store that follows four leading processes, with a waiter
+// on each one's bell and with room for one waiter, on the server of dsn.
 func mysqlFollowBenchmark(dsn string) string {
 	return goBenchmark("./mysql", "HandoverFromFourStores", "12x", "LEADERSHIP_TEST_MYSQL_DSN="+dsn)
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// gracefulOnly runs o.rounds graceful handovers of our flag on PostgreSQL
-// (three processes, SIGTERM to the holder anywhere in its renewal cycle,
-// as in the report's figure) and prints the time from the signal to
+// gracefulOnly runs o.rounds graceful handovers of our flag on t (three
+// processes, SIGTERM to the holder anywhere in its renewal cycle, as in
+// the report's figure) and prints the time from the signal to
 // another process raising, and the holder's Flag.Close time (from the
 // worker seeing the signal to Close returning), each as median, p90 and
 // max.

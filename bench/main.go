@@ -78,7 +78,7 @@ func main() {
 	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale figure on PostgreSQL and print its steps (writes no report)")
 	flag.BoolVar(&o.loadOnly, "load-only", false, "run only the database load figure and print its rows and the ratios to the peer (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
-	flag.BoolVar(&o.gracefulOnly, "graceful-only", false, "run only our graceful handover on PostgreSQL (-rounds handovers) and print its figures and the holder's Close times (writes no report)")
+	flag.BoolVar(&o.gracefulOnly, "graceful-only", false, "run only our graceful handover on the first database of -dbs reached (-rounds handovers) and print its figures and the holder's Close times (writes no report)")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
@@ -192,10 +192,10 @@ func run(o options) error {
 		return nil
 	}
 	if o.gracefulOnly {
-		if pg == nil {
-			return fmt.Errorf("-graceful-only needs PostgreSQL (-postgres or LEADERSHIP_TEST_POSTGRES_DSN)")
+		if len(targets) == 0 {
+			return fmt.Errorf("-graceful-only needs a database (-dbs, -postgres, -mysql)")
 		}
-		return gracefulOnly(*pg, runID, o)
+		return gracefulOnly(targets[0], runID, o)
 	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.

@@ -13,16 +13,15 @@ import (
 
 // BenchmarkHandoverFromFourStores measures a graceful handover between
 // processes when the follower's store follows flags led by four other
-// stores: four processes, each leading one flag under its default process
-// name on a pool of its own, and one store following the four flags, at
-// the default settings of a 6 s lease (poll interval 2 s). Each round
+// stores: four processes, each leading one flag under a process name of
+// its own on a pool of its own, and one store following the four flags,
+// at the default settings of a 6 s lease (poll interval 2 s). Each round
 // closes the leader of the next flag in turn and times its Close to the
 // follower raising, then puts the flag back under a new leader of the same
-// store, untimed. "pool=default" is the store as shipped: its watcher
-// waits on one leading store's bell and a helper on each other's.
-// "pool=3" caps the follower's pool at three connections, which leaves
-// room for the watcher alone, as before helpers: the releases of the
-// store it waits on wake the follower at once, the others' reach it at
+// store, untimed. "pool=default" is the store as shipped: a waiter on
+// each leading process's bell. "pool=3" caps the follower's pool at three
+// connections, which leaves room for one waiter: the releases of the
+// process it waits on wake the follower at once, the others' reach it at
 // its poll. ns/op is the mean handover, ms/handover the median, max-ms the
 // slowest, and polled/handover the share of handovers that took over half
 // a second (at the poll: a release hint takes milliseconds).
@@ -41,8 +40,8 @@ func benchmarkHandoverFromFourStores(b *testing.B, maxOpen int) {
 	db := openDB(b, dsn)
 	db.SetMaxOpenConns(maxOpen)
 	following := newStore(b, db)
-	build := func(s *mysql.Store, name string) *leadership.Flag {
-		f, err := leadership.NewFlag().Store(s).Name(name).Lease(lease).Build(context.Background())
+	build := func(s *mysql.Store, name, process string) *leadership.Flag {
+		f, err := leadership.NewFlag().Store(s).Name(name).Process(process).Lease(lease).Build(context.Background())
 		if err != nil {
 			b.Fatalf("Build: %v", err)
 		}
@@ -54,12 +53,12 @@ func benchmarkHandoverFromFourStores(b *testing.B, maxOpen int) {
 	names := []string{"a", "b", "c", "d"}
 	for i := range leading {
 		leading[i] = newStore(b, openDB(b, dsn))
-		leaders[i], followers[i] = build(leading[i], names[i]), build(following, names[i])
+		leaders[i], followers[i] = build(leading[i], names[i], "p-"+names[i]), build(following, names[i], "f")
 		if !leaders[i].Raised() || followers[i].Raised() {
 			b.Fatalf("flag %s: the leading store's flag should lead, the other follow", names[i])
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // the watcher and its helpers now wait on the bells
+	time.Sleep(500 * time.Millisecond) // the waiters now wait on the bells
 	took := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
@@ -81,11 +80,11 @@ func benchmarkHandoverFromFourStores(b *testing.B, maxOpen int) {
 		if err := followers[k].Close(); err != nil {
 			b.Fatal(err)
 		}
-		leaders[k], followers[k] = build(leading[k], names[k]), build(following, names[k])
+		leaders[k], followers[k] = build(leading[k], names[k], "p-"+names[k]), build(following, names[k], "f")
 		if !leaders[k].Raised() || followers[k].Raised() {
 			b.Fatalf("flag %s: the leading store's flag should lead again, the other follow", names[k])
 		}
-		time.Sleep(300 * time.Millisecond) // the new holder's nameplate is looked up
+		time.Sleep(300 * time.Millisecond) // the new leader has taken its bell again
 		b.StartTimer()
 	}
 	slices.Sort(took)

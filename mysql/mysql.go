@@ -193,109 +193,86 @@
 //
 // Flags of the same Store are woken at once by its releases. MySQL has no
 // LISTEN/NOTIFY; flags of other processes are woken by a hint carried by
-// user-level locks (GET_LOCK), which MySQL 5.7+ and MariaDB 10.0+ let one
-// connection hold many of:
+// user-level locks (GET_LOCK; MySQL 5.7+ and MariaDB 10.0+ let one
+// connection hold many):
 //
-//   - The bell (holder side). While flags of a Store lead, the store holds,
-//     on one connection of its pool, its bell, a lock named after that
-//     connection's CONNECTION_ID, and a nameplate per holder name it leads
-//     under, a lock named after the database and the holder name (a hash:
-//     names are limited to 64 characters). Right after a [Store.Release]
-//     commits, it rings the bell, whichever holder name released: one
-//     statement, SELECT RELEASE_LOCK(bell), GET_LOCK(bell, 2), which
-//     grants the bell to the waiting watchers one after the other and
-//     queues the store behind them, so the bell is never free between a
-//     ring and its retake. Nameplates are never rung: they tell a watcher
-//     which store leads under a holder name (IS_USED_LOCK returns the
-//     connection holding it). The store sends nothing while nothing is
-//     released, and gives the connection back once it leads nothing (its
-//     terms released, lost, or past their lease without a renewal).
-//     [Store.Evict] does not ring: the row cannot be taken before its
-//     expiry.
-//   - The watcher (follower side). One runs per Store while any of its
-//     flags waits for releases (the first subscription starts it, the
-//     last one to end stops it), on one connection of the pool. It looks
-//     up the nameplates of the holders its losing flags saw last (one
-//     SELECT IS_USED_LOCK(…), … for the holders it has not seen yet) and
-//     waits, with SELECT GET_LOCK(bell, 300), on the bell of one leading
-//     store: the current one while a flag of the store still waits on a
-//     holder of that store, else the store most of them wait on. Every
-//     flag of the store waiting on any holder name of that store is
-//     woken by its releases, so a process whose flags lead under the
-//     default process names (one per flag) is followed through one bell.
-//     Flags waiting on other leading stores (other processes) are
-//     followed by helpers of the watcher, one per store, each waiting on
-//     that store's bell on a connection of its own: up to four leading
-//     stores are followed at once (the watcher's and three helpers').
-//     When a store needs following and there is room, the one most flags
-//     wait on is chosen first; a store followed is not given up for one
-//     more flags wait on, and flags waiting on stores beyond the four
-//     poll. When no flag waits on a holder of the current store any more
-//     (one took the row over, saw another holder, or was closed), the
-//     wait is cut short (the driver closes the connection) and the
-//     watcher moves, on a new connection; a helper is stopped likewise. A
-//     holder seen during a wait is looked up on another connection of the
-//     pool, once, to decide that, and again after each pause while its
-//     nameplate is free. When granted, the watcher or helper releases the
-//     lock at once, so that every waiting process is granted in turn,
-//     then reads the free rows once (one SELECT in a read-only
-//     transaction) and wakes the flags waiting on a row that has become
-//     free (a new (name, version) pair), as a release in this process
-//     wakes them.
+//   - The bell of a holder name is a lock named after the database and
+//     the holder name (a hash: lock names are limited to 64 characters).
+//     While flags of a Store lead, the store holds the bells of the holder
+//     names they lead under, on one connection of its pool. Right after a
+//     [Store.Release] commits, it rings the holder's bell: one statement,
+//     SELECT RELEASE_LOCK(bell), GET_LOCK(bell, 2), which grants the bell
+//     to the waiting stores one after the other and queues the store
+//     behind them, so the bell is never free between a ring and its
+//     retake (RELEASE_LOCK alone after the store's last term under that
+//     name). It sends nothing while nothing is released, and gives the
+//     connection back once it leads nothing (its terms released, lost, or
+//     past their lease without a renewal). [Store.Evict] does not ring:
+//     the row cannot be taken before its expiry. The default holder name
+//     is the process's ([leadership.FlagBuilder.Process]), so a process is
+//     one bell. A lock is held by one connection: when two Stores of one
+//     process lead under one holder name, one holds the bell and rings it
+//     for the other's releases too.
+//   - A waiter waits on the bell of a holder name that flags of the store
+//     lost to (SELECT GET_LOCK(bell, 300) unless nobody holds it, on a
+//     connection of its own): one per holder name, up to four, those most
+//     flags wait on (fewer on a pool capped below six connections, so
+//     that one stays for the flags' statements); a name followed is not
+//     given up for one more flags wait on, and flags waiting on the names
+//     beyond poll. When granted, the waiter releases the lock at once, so
+//     that every waiting store is granted in turn, reads the free rows
+//     (one SELECT, in autocommit mode), and wakes the flags waiting on a
+//     row that has become free (a new (name, version) pair), as a release
+//     in this process wakes them. A waiter stops when no flag of the
+//     store waits on its holder name any more (one took the row over, saw
+//     another holder, or was closed): its wait is cut short (the driver
+//     closes the connection).
 //
-// Cost: one connection for the bell while the store leads, and while it
-// follows one per leading store it follows (the watcher's and its
-// helpers': four at most, fewer on a pool capped below six connections,
-// so that one stays for the flags' statements), whatever the number of
-// flags, plus one for a moment for each lookup during a wait; an idle
-// follower's store sends one statement per 5 minutes and store followed
-// (the GET_LOCK that timed out), its flags the same polls as without it,
-// plus one lookup when they see a holder name new to it; a release sends
-// one statement on the holder's side (two when it was the store's last)
-// and five on each follower's store (RELEASE_LOCK, then the look: START
-// TRANSACTION, SELECT, COMMIT, and the next GET_LOCK). A bell found not
-// held (granted at once: its store crashed, closed, or has not taken it
-// yet) makes the watcher or helper look at the rows once (the store may
-// have given it up right after its last release) and leave its holders
-// alone for 0.1 s, then fourfold longer up to 30 s while their
-// nameplates stay free (a helper ends; one starts again once a holder's
-// nameplate is found held, as when its process restarts under the same
-// name), so a crashed holder costs a few statements, not a busy loop. A
-// holder whose nameplate is found free is most likely a new one (a store
-// takes its nameplate just after its first acquire returns): while every
-// holder its flags wait on is in such a pause, the watcher keeps the bell
-// it waited on last, until the first pause ends. A wait cut by a timeout
-// of the client (readTimeout in the DSN) or of the server
-// (max_statement_time, max_execution_time) after t makes later waits last
-// half of t.
+// Cost: one connection for the bells while the store leads, and one per
+// holder name it follows (four at most), whatever the number of flags; an
+// idle follower's store sends one statement per 5 minutes and holder name
+// followed (the GET_LOCK that timed out), its flags the same polls as
+// without it; a release sends one statement on the holder's side and
+// three on each follower's store (RELEASE_LOCK, the SELECT of the free
+// rows, the next GET_LOCK). A waiter looks at the rows at most once per
+// 0.1 s, whatever the rings. A bell found free (its store crashed,
+// closed, or has not taken it yet) makes the waiter look at the rows (the
+// store may have given its bell up right after its last release) and
+// leave the bell alone for 0.1 s, then fourfold longer up to 30 s while
+// it stays free, so a crashed holder costs a few statements, not a busy
+// loop. A wait cut by a timeout of the client (readTimeout in the DSN) or
+// of the server (max_statement_time, max_execution_time) after t makes
+// later waits last half of t.
 //
 // The wake is a hint to attempt now, never a promise; the acquire
 // statement still decides by the row and the database clock, so a bell
-// that falls silent because its connection died (a crash) wakes followers
-// for nothing, and they take over only after the row expires. The hint is
+// that falls silent because its connection died (a crash) wakes no flag
+// (the row is still held), and flags take over only after the row
+// expires. User-level locks need no privilege: any user of the server can
+// take a bell before its holder does, which silences it (flags poll), and
+// ring a bell it took, which wakes no flag whose row has not become free,
+// and costs each waiter at most three statements per 0.1 s. The hint is
 // lost, and flags learn of the release at their next poll, when the
-// watcher or helper was not waiting at the ring (reading the rows after
-// the previous one, or pausing on a silent bell), when the store already
-// follows four other leading stores, when the connection of the watcher
-// or helper has failed or the server refused its statement (a server
-// restart, a network failure, a killed query: it tries again on a new
-// connection after 1 s, doubling up to a minute), when two processes lead
-// under one holder name (only one holds its nameplate; the other tries
-// again after 1 s, doubling up to a minute), between this version and an
-// earlier one that rang a lock per holder name (during a rolling upgrade:
-// each finds the other's bell silent), and for good when the server
-// refuses the watcher's GET_LOCK (the watcher and its helpers then stop
-// until the store's flags are built again). Neither the bell nor the
-// watcher runs on a pool limited to fewer than three connections. So the
-// store does not report that its notifications reach other processes (no
-// NotifiesOtherProcesses method), the default poll interval stays capped
-// at 2 s, and [Store.HintsOtherProcesses] reports whether the watcher
-// runs. [Store.Close] stops the bell, the watcher and its helpers and
-// gives their connections back (a lookup due after a pause then does
-// nothing). Both modes use the same statements: no routine is involved. The
-// locks live on the server the pool connects to: processes whose pools
-// reach different nodes of a cluster (Galera) or a proxy that does not pin
-// sessions do not hear each other's bells.
+// waiter was not waiting at the ring (reading the rows after the previous
+// one, or pausing on a silent bell), when the store already follows four
+// other holder names, when the waiter's connection has failed or the
+// server refused its statement (a server restart, a network failure, a
+// killed query: it tries again on a new connection after 1 s, doubling up
+// to a minute), when the bell's connection failed (its store notices at
+// its next ring, and takes the bell again after 0.1 s), when two
+// processes lead under one holder name (only one holds its bell; the
+// other tries again after 0.1 s, doubling up to a minute), and between
+// this version and an earlier one, which rang other locks (during a
+// rolling upgrade). Neither the bell nor a waiter runs on a pool limited
+// to fewer than three connections. So the store does not report that its
+// notifications reach other processes (no NotifiesOtherProcesses method),
+// the default poll interval stays capped at 2 s, and
+// [Store.HintsOtherProcesses] reports whether a waiter waits on a held
+// bell. [Store.Close] stops the bells and the waiters and gives their
+// connections back. Both modes use the same statements: no routine is
+// involved. The locks live on the server the pool connects to: processes
+// whose pools reach different nodes of a cluster (Galera) or a proxy that
+// does not pin sessions do not hear each other's bells.
 package mysql
 
 import (
@@ -334,37 +311,20 @@ type Store struct {
 	acquireManyStmt *sql.Stmt // CALL leadership_acquire_many, likewise
 	stmts           prepared  // statement mode: prepared at their first use
 
-	// The cross-process release hint (bell.go, watch.go), under pmu.
-	ctx       context.Context // ends at Close
-	cancel    context.CancelFunc
-	pmu       sync.Mutex
-	closed    bool
-	leading   map[term]time.Time // terms led → end of their lease (local clock)
-	ring      bool               // a release to ring the store's bell for
-	bellKick  chan struct{}
-	bellDone  chan struct{}     // non-nil while the bell's goroutine runs
-	waitsOn   map[string]string // flag name → holder seen by its last losing attempt
-	subs      int               // subscriptions to NotifyReleases
-	watchKick chan struct{}
-	wstop     context.CancelFunc // non-nil while the watcher runs
-	wexited   chan struct{}
-	// What the watcher and its helpers know of the holders' nameplates.
-	plates nameplates
-	// The watcher's bell: the connection id of the bell it waits on or
-	// chose last (0: none), the database of its connection, and how to
-	// cut its wait in progress short.
-	waitID     int64
-	waitDB     string
-	waitCancel context.CancelFunc
-	// The helpers of the watcher that runs (helper.go); nil when none runs.
-	helpers *helpers
-	// Holders seen during the wait, to look up on the pool (lookUp).
-	lookups   map[string]bool
-	lookingUp bool
-	lookers   sync.WaitGroup // the lookUp goroutine, waited for by Close
-	watching  atomic.Bool    // the watcher runs: HintsOtherProcesses
+	// Release notifications across processes (notify.go). The hub runs
+	// the waiters; the bell's goroutine and its state are under pmu.
+	ctx      context.Context // ends at Close
+	cancel   context.CancelFunc
+	pmu      sync.Mutex
+	closed   bool
+	leading  map[term]time.Time // terms led → end of their lease (local clock)
+	rings    map[string]bool    // holder names whose bells to ring
+	bellOn   bool               // the bell's goroutine runs
+	bellKick chan struct{}      // wakes it
+	running  sync.WaitGroup     // the bell's goroutine, waited for by Close
+	waiting  atomic.Int32       // waiters' GET_LOCK in flight: HintsOtherProcesses
 
-	watchStatements, watchRings atomic.Int64 // for tests
+	watchStatements atomic.Int64 // statements of the waiters, for tests
 }
 
 var (
@@ -399,8 +359,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, leading: make(map[term]time.Time), rings: make(map[string]bool), bellKick: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.hub.Watch, s.hub.Room = s.follow, s.waiterRoom
 	for _, o := range opts {
 		o(s)
 	}
@@ -408,7 +369,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the store's watcher and bell (see Release notifications)
+// Close stops the store's bells and waiters (see Release notifications)
 // and gives their connections back. It never closes db, and the store
 // keeps working without them: flags of other processes then learn of
 // this store's releases at their next poll. A store left unclosed stops
@@ -417,16 +378,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 func (s *Store) Close() error {
 	s.pmu.Lock()
 	s.closed = true
-	s.cancel()
-	bell := s.bellDone
-	watcher := s.wexited // of the last watcher started: it has exited, or exits now
 	s.pmu.Unlock()
-	if bell != nil {
-		<-bell
-	}
-	if watcher != nil {
-		<-watcher
-	}
-	s.lookers.Wait()
+	s.cancel()
+	s.hub.Close()
+	s.running.Wait()
 	return nil
 }

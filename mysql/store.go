@@ -106,7 +106,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, version int64)
 UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
 WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
 	if err == nil {
-		s.released(name, holder, changed) // rings the holder's bell
+		s.released(name, holder, version, changed) // rings the holder's bell
 	}
 	return changed, err
 }

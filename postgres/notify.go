@@ -14,38 +14,14 @@ import (
 )
 
 // NotifyReleases implements [leadership.ReleaseNotifier]: the first
-// subscription starts the store's listener, the last one to end stops it.
-// With [WithoutNotifications] the channel never fires.
+// subscription starts the store's listener, the last one to end stops it
+// (internal/notify.Hub runs it). With [WithoutNotifications] the channel
+// never fires.
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
 	if s.noListen {
 		return nil, func() {}
 	}
-	ch, unsubscribe := s.hub.Subscribe(name)
-	s.mu.Lock()
-	s.subs++
-	if s.subs == 1 {
-		// The previous listener, if any, has exited: the end of the last
-		// subscription waited for it under s.mu.
-		ctx, stop := context.WithCancel(context.Background())
-		s.stop, s.exited = stop, make(chan struct{})
-		go s.listen(ctx, s.exited)
-	}
-	s.mu.Unlock()
-	var done bool
-	return ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if done {
-			return
-		}
-		done = true
-		unsubscribe()
-		s.subs--
-		if s.subs == 0 {
-			s.stop()
-			<-s.exited
-		}
-	}
+	return s.hub.Subscribe(name)
 }
 
 // NotifiesOtherProcesses tells flags whether releases by other processes
@@ -71,8 +47,9 @@ var errPooled = errors.New("postgres: a connection pooler is in between")
 
 // listen keeps one LISTEN connection until ctx ends, reconnecting with
 // backoff, and wakes the subscribers of each released flag of this schema.
-func (s *Store) listen(ctx context.Context, exited chan<- struct{}) {
-	defer close(exited)
+// It is the store's watcher (notify.Hub.Watch): every subscription waits
+// on the key "".
+func (s *Store) listen(ctx context.Context, _ string) {
 	backoff := 100 * time.Millisecond
 	for first := true; ; first = false {
 		err := s.listenOnce(ctx, !first)

@@ -71,10 +71,8 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -103,11 +101,6 @@ type Store struct {
 	// request (each a run of its own), as before acquireManySQL: a test
 	// hook, for the benchmark that compares the two.
 	statementPerFlag bool
-
-	mu     sync.Mutex
-	subs   int                // subscriptions to NotifyReleases
-	stop   context.CancelFunc // stops the listener started last
-	exited chan struct{}      // closed when the listener has exited
 }
 
 var (
@@ -146,6 +139,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool}
 	s.batch = s.newBatcher()
+	s.hub.Watch = s.listen // notify.go
 	for _, o := range opts {
 		o(s)
 	}

@@ -112,7 +112,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -132,13 +131,7 @@ type Store struct {
 	tb       *timebase
 	migrated schema.Once
 	batch    *sqlstore.Batcher // batch.go
-
-	// The watcher (watch.go): running while wsubs > 0.
-	wmu      sync.Mutex
-	wsubs    int
-	wstop    func()
-	wexited  chan struct{}
-	watching atomic.Bool // the watcher watches the file: HintsOtherProcesses
+	watching atomic.Bool       // the watcher watches the file: HintsOtherProcesses
 }
 
 var (
@@ -165,6 +158,7 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 	}
 	s := &Store{db: db, tb: tb}
 	s.batch = s.newBatcher()
+	s.hub.Watch = s.watch // notify.go
 	return s, nil
 }
 

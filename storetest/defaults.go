@@ -129,7 +129,8 @@ func trueWithin(report func() bool, limit time.Duration) bool {
 // handover between processes comes well before the follower's poll.
 type Hinter interface {
 	// HintsOtherProcesses reports whether releases by other processes
-	// wake this store's flags now: its watcher runs.
+	// wake this store's flags now: its watcher (sqlite) or a waiter on a
+	// holder's bell (mysql) runs.
 	HintsOtherProcesses() bool
 }
 

@@ -11,7 +11,8 @@ import (
 
 // The watcher carries releases across processes. One runs per [Store]
 // while any flag of the store waits for releases (the first subscription
-// starts it, the last one to end stops it). It holds one connection of
+// starts it, the last one to end stops it: internal/notify.Hub runs it).
+// It holds one connection of
 // the store's pool and no other resource of the database:
 //
 //   - A file-change signal of the operating system (inotify on Linux, on
@@ -48,32 +49,7 @@ const recheckLimit = 256 * time.Millisecond
 // sharing the file wake them through the store's watcher (see the package
 // documentation), a hint on which the flags do not rely.
 func (s *Store) NotifyReleases(name string) (<-chan struct{}, func()) {
-	ch, unsubscribe := s.hub.Subscribe(name)
-	s.wmu.Lock()
-	s.wsubs++
-	if s.wsubs == 1 {
-		// The previous watcher, if any, has exited: the end of the last
-		// subscription waited for it under s.wmu.
-		ctx, stop := context.WithCancel(context.Background())
-		s.wstop, s.wexited = stop, make(chan struct{})
-		go s.watch(ctx, s.wexited)
-	}
-	s.wmu.Unlock()
-	var done bool
-	return ch, func() {
-		s.wmu.Lock()
-		defer s.wmu.Unlock()
-		if done {
-			return
-		}
-		done = true
-		unsubscribe()
-		s.wsubs--
-		if s.wsubs == 0 {
-			s.wstop()
-			<-s.wexited
-		}
-	}
+	return s.hub.Subscribe(name)
 }
 
 // HintsOtherProcesses reports whether releases by other processes wake
@@ -87,9 +63,9 @@ func (s *Store) HintsOtherProcesses() bool { return s.watching.Load() }
 // watch runs the watcher until ctx ends. It does nothing (the flags poll)
 // for an in-memory database, a pool limited to one connection (the
 // watcher's would starve the flags), or where file-change signals are not
-// available.
-func (s *Store) watch(ctx context.Context, exited chan<- struct{}) {
-	defer close(exited)
+// available. It is the store's watcher (notify.Hub.Watch): every
+// subscription waits on the key "".
+func (s *Store) watch(ctx context.Context, _ string) {
 	if s.db.Stats().MaxOpenConnections == 1 {
 		return
 	}

@@ -1,0 +1,30 @@
+package mysql
+
+import (
+	"database/sql"
+	"testing"
+)
+
+// TestWaitersLeaveAConnectionForTheFlags checks the bound on waiters: four
+// on an unlimited pool, and on a capped pool only as many as leave one
+// connection for the flags' statements beside the bell's, so none below
+// three.
+func TestWaitersLeaveAConnectionForTheFlags(t *testing.T) {
+	for _, c := range []struct{ maxOpen, want int }{
+		{0, 4}, {1, 0}, {2, 0}, {3, 1}, {4, 2}, {5, 3}, {6, 4}, {100, 4},
+	} {
+		db, err := sql.Open("mysql", "user:password@tcp(127.0.0.1:1)/db") // never connects
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(c.maxOpen)
+		s, err := New(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.waiterRoom(); got != c.want {
+			t.Errorf("waiters on a pool of %d connections: %d, want %d", c.maxOpen, got, c.want)
+		}
+		db.Close()
+	}
+}
