@@ -71,6 +71,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
