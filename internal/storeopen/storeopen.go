@@ -343,9 +343,9 @@ func reason(err error, dsn string) string {
 // the accepted forms, parsed as the drivers parse them or not, longest
 // first, each also percent-decoded: in a URL, what lies between the first
 // : after :// and the last @; in go-sql-driver's form, between the first :
-// and the last @ before the last /; the value of every password= and
-// sslpassword= parameter or key/value pair, quoted or not. It errs on the
-// side of masking too much.
+// and the last @ before the last /; between every : and the next @; the
+// value of every password= and sslpassword= parameter or key/value pair,
+// quoted or not. It errs on the side of masking too much.
 func passwords(dsn string) []string {
 	var found []string
 	add := func(p string) {
@@ -379,6 +379,13 @@ func passwords(dsn string) []string {
 	userPassword(rest)
 	if slash := strings.LastIndex(rest, "/"); slash >= 0 {
 		userPassword(rest[:slash])
+	}
+	for i := range rest { // what lies between each : and the next @, in a form too broken to tell
+		if rest[i] == ':' {
+			if at := strings.IndexByte(rest[i+1:], '@'); at >= 0 {
+				add(rest[i+1 : i+1+at])
+			}
+		}
 	}
 	for _, m := range passwordValue.FindAllStringSubmatchIndex(dsn, -1) {
 		v := dsn[m[1]:]

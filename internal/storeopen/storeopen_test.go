@@ -158,7 +158,8 @@ func TestOpenPostgresBadDSNHidesPassword(t *testing.T) {
 
 // FuzzDSN checks that no DSN makes the parsers panic, and that no error
 // shows a password: the fuzzer's two strings are joined by a password
-// between : and @, where every form may put one.
+// between : and @, where every form may put one. (Open is left to
+// TestNoErrorShowsThePassword: its pools dial what the fuzzer writes.)
 func FuzzDSN(f *testing.F) {
 	for _, s := range [][2]string{{"postgres://u", "h/db"}, {"mysql://u", "h:3306/db?parseTime=true"}, {"u", "tcp(h)/db?timeout=x"},
 		{"host=h user=u password=x", "y port=z"}, {"mysql://", ""}, {"mysql://", "h/d?%"}, {"", ""}, {"sqlite:x", "y.db"}} {
@@ -167,24 +168,11 @@ func FuzzDSN(f *testing.F) {
 	f.Fuzz(func(t *testing.T, before, after string) {
 		const pw = "Zq9Wx7Yv"
 		dsn := before + ":" + pw + "@" + after
-		kind, err := storeopen.Kind(dsn)
-		if err != nil && strings.Contains(err.Error(), pw) {
+		if _, err := storeopen.Kind(dsn); err != nil && strings.Contains(err.Error(), pw) {
 			t.Fatalf("Kind's error shows the password: %v", err)
 		}
 		if _, err := storeopen.MySQLNative(dsn); err != nil && strings.Contains(err.Error(), pw) {
 			t.Fatalf("MySQLNative's error shows the password: %v", err)
-		}
-		// Open would create a SQLite file; pgx reads the files a DSN names
-		// (passfile, servicefile, sslrootcert...) as it parses it, and
-		// /dev/zero never ends.
-		if lower := strings.ToLower(dsn); kind != storeopen.SQLite && !strings.Contains(lower, "file") && !strings.Contains(lower, "ssl") {
-			o, err := storeopen.Open(context.Background(), dsn)
-			if err != nil && strings.Contains(err.Error(), pw) {
-				t.Fatalf("Open's error shows the password: %v", err)
-			}
-			if err == nil {
-				go o.Close() // a pool may be dialling an address that does not answer
-			}
 		}
 	})
 }
