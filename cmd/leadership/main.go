@@ -21,6 +21,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Exit codes. A child's own status passes through `run` unchanged (128+N
@@ -80,23 +83,19 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		stop() // run handles its signals itself: it forwards them to the child
-		return runCommand(rest, stderr)
+		return runCommand(rest, stderr) // it handles its signals: it forwards them to the child
 	case watchdogName: // started by run, not listed in the usage
-		stop()
 		return watchdogCommand(rest, stderr)
 	case "status":
-		return statusCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return statusCommand(ctx, rest, stdout, stderr) })
 	case "release":
-		return releaseCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return releaseCommand(ctx, rest, stdout, stderr) })
 	case "migrate":
-		return migrateCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return migrateCommand(ctx, rest, stdout, stderr) })
 	case "quarantine":
-		return quarantineCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return quarantineCommand(ctx, rest, stdout, stderr) })
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -106,6 +105,36 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "leadership: unknown command %q\nRun 'leadership help' for usage.\n", cmd)
 		return exitUsage
+	}
+}
+
+// signalGrace is how long a command has to return, after SIGINT, SIGTERM
+// or SIGHUP cancelled its context, before it is abandoned.
+const signalGrace = time.Second
+
+// untilSignal runs cmd with a context that SIGINT, SIGTERM or SIGHUP
+// cancels, and returns its exit code; or, when such a signal came and cmd
+// has not returned within signalGrace (a call that ignores its context),
+// 128+N at once, so that a signal always ends the command.
+func untilSignal(stderr io.Writer, cmd func(context.Context) int) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- cmd(ctx) }()
+	select {
+	case code := <-done:
+		return code
+	case sig := <-sigs:
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(signalGrace):
+		}
+		fmt.Fprintf(stderr, "leadership: stopped by %s\n", unix.SignalName(sig.(syscall.Signal)))
+		return 128 + int(sig.(syscall.Signal))
 	}
 }
 
