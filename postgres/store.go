@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -202,7 +204,10 @@ func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
 	return nil
 }
 
-// Flags implements [leadership.Store.Flags].
+// Flags implements [leadership.Store.Flags]. A row it cannot read (a time
+// of 'infinity' written by another program) is returned with its name
+// only, and named in the error, a [sqlstore.UnreadableRows], with the
+// other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
 	if err != nil {
@@ -217,13 +222,25 @@ func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, erro
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
 	}
+	var bad sqlstore.UnreadableRows
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leadership.Record, error) {
 		var rec leadership.Record
-		err := r.Scan(&rec.Name, &rec.Holder, &rec.Version, &rec.RenewedAt, &rec.ExpiresAt)
-		return rec, err
+		var renewed, expires pgtype.Timestamptz // a failed Scan would end the rows: read infinity too
+		if err := r.Scan(&rec.Name, &rec.Holder, &rec.Version, &renewed, &expires); err != nil {
+			return rec, err
+		}
+		if renewed.InfinityModifier != pgtype.Finite || expires.InfinityModifier != pgtype.Finite {
+			bad = append(bad, sqlstore.UnreadableRow{Name: rec.Name, Err: fmt.Errorf("renewed_at %s, expires_at %s: a time is infinite", renewed.InfinityModifier, expires.InfinityModifier)})
+			return leadership.Record{Name: rec.Name}, nil
+		}
+		rec.RenewedAt, rec.ExpiresAt = renewed.Time, expires.Time
+		return rec, nil
 	})
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
+	}
+	if err := bad.Err(); err != nil {
+		return out, now, fmt.Errorf("postgres: list flags: %w", err)
 	}
 	return out, now, nil
 }
