@@ -48,18 +48,23 @@ Usage:
                                                 (after a failover the database cannot see)
   leadership help | --help | --version
 
-Every command takes --dsn (default sqlite:leadership.db in the current directory)
-and --log-level, --log-format; "leadership COMMAND --help" lists the rest. Every flag
-can also be set in the environment as LEADERSHIP_<FLAG> (LEADERSHIP_DSN,
-LEADERSHIP_LEASE, LEADERSHIP_SKIP_IF_HELD=true, ...); a flag on the command line wins.
-Flags may also follow NAME (leadership release NAME --dsn ...), but not the command
-of run, whose arguments are its own.
+Every command takes --dsn or --dsn-file (default sqlite:leadership.db in the current
+directory) and --log-level, --log-format; "leadership COMMAND --help" lists the rest.
+Every flag can also be set in the environment as LEADERSHIP_<FLAG> (LEADERSHIP_DSN,
+LEADERSHIP_DSN_FILE, LEADERSHIP_LEASE, LEADERSHIP_SKIP_IF_HELD=true, ...); a flag on
+the command line wins. Flags may also follow NAME (leadership release NAME --dsn ...),
+but not the command of run, whose arguments are its own.
 
-DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...;
-a MySQL unix socket as mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB or
+DSN forms: sqlite:PATH; postgres://USER:PASS@HOST:PORT/DB?... or libpq's
+host=HOST dbname=DB user=USER password=PASS ...; mysql://USER:PASS@HOST:PORT/DB?... or
+go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?...; a MySQL unix socket as
+mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB, USER:PASS@unix(/run/...)/DB or
 mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock; add routines=false to a
-mysql:// DSN for servers without stored procedures.
-Passwords are never printed or logged.
+MySQL DSN for servers without stored procedures.
+Passwords: a DSN is never printed, nor is any part that could be a password. --dsn
+shows it in ps and LEADERSHIP_DSN to processes that read the environment: prefer
+--dsn-file FILE (one line, a file other users cannot read; PostgreSQL also reads
+~/.pgpass or PGPASSFILE). run does not pass LEADERSHIP_DSN to its command (--pass-dsn).
 
 Exit codes:
   0    success; for run: the command exited 0, or the flag was held elsewhere

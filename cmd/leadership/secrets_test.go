@@ -175,3 +175,31 @@ func TestDSNFile(t *testing.T) {
 		}
 	}
 }
+
+// TestPasswordFromPgpassFile: a PostgreSQL DSN without a password takes
+// it from the file PGPASSFILE names (or ~/.pgpass), as libpq does: pgx
+// reads it.
+func TestPasswordFromPgpassFile(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.FreshPostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, ok := u.User.Password()
+	if !ok {
+		t.Skip("the test server's DSN has no password")
+	}
+	u.User = url.User(u.User.Username())
+	pgpass := filepath.Join(t.TempDir(), "pgpass")
+	line := strings.Join([]string{u.Hostname(), u.Port(), strings.TrimPrefix(u.Path, "/"), u.User.Username(), pw}, ":")
+	if err := os.WriteFile(pgpass, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noPgpass := "PGPASSFILE=" + filepath.Join(t.TempDir(), "none")
+	if code, _, errs := cliEnv(t, []string{noPgpass}, "migrate", "--dsn", u.String()); code != exitUnavailable {
+		t.Fatalf("migrate without the password = %d: %s", code, errs)
+	}
+	if code, out, errs := cliEnv(t, []string{"PGPASSFILE=" + pgpass}, "migrate", "--dsn", u.String()); code != 0 {
+		t.Fatalf("migrate with PGPASSFILE = %d: %s%s", code, out, errs)
+	}
+}
