@@ -117,7 +117,7 @@ func flags(ctx context.Context, store leadership.Store) (records []leadership.Re
 	}
 	unreadable = make(map[string]string, len(bad))
 	for _, r := range bad {
-		unreadable[r.Name] = r.Err.Error()
+		unreadable[r.Name] = r.Reason()
 	}
 	return records, now, unreadable, nil
 }

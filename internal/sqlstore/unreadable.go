@@ -27,9 +27,18 @@ func (u UnreadableRows) Err() error {
 	return u
 }
 
-// maxReason bounds the text of each row's reason in Error: the value that
-// could not be read may be long.
+// maxReason bounds the text of a row's reason: the value that could not
+// be read may be long.
 const maxReason = 200
+
+// Reason is why the row could not be read, at most about 200 bytes.
+func (r UnreadableRow) Reason() string {
+	why := r.Err.Error()
+	if len(why) > maxReason {
+		why = why[:maxReason] + "…"
+	}
+	return why
+}
 
 func (u UnreadableRows) Error() string {
 	var b strings.Builder
@@ -38,11 +47,7 @@ func (u UnreadableRows) Error() string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		why := r.Err.Error()
-		if len(why) > maxReason {
-			why = why[:maxReason] + "…"
-		}
-		fmt.Fprintf(&b, " %s: %q", Quote(r.Name), why)
+		fmt.Fprintf(&b, " %s: %q", Quote(r.Name), r.Reason())
 	}
 	return b.String()
 }
