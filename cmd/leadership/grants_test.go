@@ -121,8 +121,9 @@ func TestEveryMissingGrantEndsInAnErrorNamingIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer db.Close()
-			var host string // where the test's user connects from, as the server sees it
+			t.Cleanup(func() { db.Close() }) // after the users' cleanups, which use it
+			// where the test's user connects from, as the server sees it
+			var host string
 			if err := db.QueryRow(`SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', -1)`).Scan(&host); err != nil {
 				t.Fatal(err)
 			}
