@@ -232,10 +232,13 @@ func (r Request) Validate() error {
 }
 
 // ValidateName checks a flag name or holder: not empty, at most
-// [MaxNameLength] bytes, valid UTF-8 without control characters, and no
-// space at either end (MySQL's collations ignore trailing spaces, so "a "
-// and "a" would be one flag there and two elsewhere). The error wraps
-// [ErrInvalidArgument] and names the field.
+// [MaxNameLength] bytes, valid UTF-8 without control characters (Unicode
+// category Cc) or format characters (Cf: bidirectional overrides such as
+// U+202E, zero-width characters, joiners), which would let a name printed
+// to a terminal hide or reorder text, and no space at either end (MySQL's
+// collations ignore trailing spaces, so "a " and "a" would be one flag
+// there and two elsewhere). The error wraps [ErrInvalidArgument] and names
+// the field.
 func ValidateName(field, s string) error {
 	switch {
 	case s == "":
@@ -246,8 +249,11 @@ func ValidateName(field, s string) error {
 		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidArgument, field, s)
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		switch {
+		case unicode.IsControl(r):
 			return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidArgument, field, s)
+		case unicode.Is(unicode.Cf, r):
+			return fmt.Errorf("%w: %s %q contains the invisible format character %U", ErrInvalidArgument, field, s, r)
 		}
 	}
 	if strings.TrimSpace(s) != s {

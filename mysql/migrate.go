@@ -40,6 +40,9 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
+	if err := s.checkGrants(ctx); err != nil {
+		return err
+	}
 	if err := s.checkIncarnationEngine(ctx); err != nil {
 		return err
 	}
@@ -114,7 +117,7 @@ WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
 			return err
 		}
 		if _, err := s.db.ExecContext(ctx, string(body)); err != nil && number(err) != errSPAlreadyExists {
-			return fmt.Errorf("create the procedure %s: %w", r.name, err)
+			return fmt.Errorf("create the procedure %s, which the user cannot see (if it exists, grant the user EXECUTE on it): %w", r.name, err)
 		}
 	}
 	return nil

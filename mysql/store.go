@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -161,14 +162,18 @@ func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(*sql.Tx) error)
 }
 
 // Flags implements [leadership.Store.Flags]: one statement, so the rows and
-// the clock are read at one instant.
+// the clock are read at one instant. A row it cannot read (in a table
+// changed by hand: text in a time column) is returned with its name only,
+// and named in the error, a [sqlstore.UnreadableRows], with the other rows
+// read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	var (
 		out []leadership.Record
+		bad sqlstore.UnreadableRows
 		now int64
 	)
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		out = nil
+		out, bad = nil, nil
 		rows, err := tx.QueryContext(ctx, `
 SELECT c.clock, f.name, f.holder, f.version, f.renewed_at, f.expires_at
 FROM (SELECT `+nowMicros+` AS clock) c LEFT JOIN leadership_flags f ON TRUE
@@ -183,7 +188,13 @@ ORDER BY f.name`)
 				version, renewed, expires sql.NullInt64
 			)
 			if err := rows.Scan(&now, &name, &holder, &version, &renewed, &expires); err != nil {
-				return err
+				var skip any
+				if rows.Scan(&now, &name, &skip, &skip, &skip, &skip) != nil || !name.Valid {
+					return err
+				}
+				bad = append(bad, sqlstore.UnreadableRow{Name: name.String, Err: err})
+				out = append(out, leadership.Record{Name: name.String})
+				continue
 			}
 			if !name.Valid {
 				continue // no flags: the clock's row alone
@@ -195,6 +206,9 @@ ORDER BY f.name`)
 	})
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
+	}
+	if err := bad.Err(); err != nil {
+		return out, time.UnixMicro(now), fmt.Errorf("mysql: list flags: %w", err)
 	}
 	return out, time.UnixMicro(now), nil
 }

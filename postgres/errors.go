@@ -71,7 +71,7 @@ const readOnlyFix = "the session is read-only: connect to the primary, not a sta
 func describe(what string, err error) error {
 	switch sqlState(err) {
 	case codeInsufficientPrivilege:
-		return fmt.Errorf("postgres: %s: permission denied: grant the role SELECT, INSERT and UPDATE on leadership_flags, SELECT and INSERT on leadership_incarnation, SELECT and UPDATE on leadership_guard (and CREATE on the schema to run migrations): %w", what, err)
+		return fmt.Errorf("postgres: %s: permission denied: grant the role USAGE on the schema, SELECT, INSERT and UPDATE on leadership_flags, SELECT and INSERT on leadership_incarnation, SELECT and UPDATE on leadership_guard, SELECT on leadership_schema_migrations (and CREATE on the schema to run migrations): %w", what, err)
 	case codeReadOnlyTransaction:
 		return fmt.Errorf("postgres: %s: %s: %w", what, readOnlyFix, err)
 	case codeFeatureNotSupported:
@@ -79,7 +79,7 @@ func describe(what string, err error) error {
 			return fmt.Errorf("postgres: %s: the server is a standby (in recovery): %s: %w", what, readOnlyFix, err)
 		}
 	case codeUndefinedTable:
-		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path: %w", what, err)
+		return fmt.Errorf("postgres: %s: table missing: run the migrations (Build does unless Migrate(false)), and check the pool's search_path and the role's USAGE on that schema: %w", what, err)
 	case codeQueryCanceled:
 		return fmt.Errorf("postgres: %s: cancelled (statement_timeout or context): %w", what, err)
 	case codeAdminShutdown:

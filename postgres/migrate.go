@@ -8,7 +8,6 @@ import (
 
 	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dbflag/leadership/internal/schema"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -55,6 +54,9 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if schema == nil {
 		return errors.New("postgres: no schema to migrate into: no schema of the search_path exists or the role lacks USAGE on it; set search_path in the DSN to an existing schema the role may use")
 	}
+	if err := s.checkGrants(ctx); err != nil {
+		return err
+	}
 	if !canCreate && !have {
 		return fmt.Errorf("postgres: apply migrations: the role needs CREATE on schema %q (or let an administrator apply the migrations and build flags with Migrate(false))", *schema)
 	}
@@ -75,9 +77,9 @@ const oldestSupported = 13
 
 func (s *Store) migrate() error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
-	// the pool open. The driver must be closed, or its held connection
-	// keeps pool.Close from returning.
-	db := stdlib.OpenDBFromPool(s.pool)
+	// the pool open; giveBack returns what golang-migrate kept.
+	db, giveBack := migrationDB(s.pool)
+	defer giveBack()
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
 	if err != nil {
 		db.Close()

@@ -20,16 +20,28 @@ import (
 func Open(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx masks the password in its parse errors.
-		return nil, fmt.Errorf("%w: postgres DSN: %v", leadership.ErrInvalidArgument, err)
+		return nil, dsnError{err}
 	}
 	cfg.ShouldPing = ShouldPing
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %v", err)
+		return nil, fmt.Errorf("postgres: open pool: %w", err)
 	}
 	return pool, nil
 }
+
+// dsnError is a DSN that pgx could not parse. Its message does not quote
+// the DSN, which may hold a password that pgx's masking misses (pgx quotes
+// what it could not parse); the pgx error stays reachable with errors.As.
+type dsnError struct{ err error }
+
+func (e dsnError) Error() string {
+	return leadership.ErrInvalidArgument.Error() + ": the postgres DSN could not be parsed (it is not shown: it may hold a password): " +
+		"want postgres://USER:PASSWORD@HOST:PORT/DATABASE?PARAMS or libpq's key=value pairs"
+}
+
+func (e dsnError) Is(target error) bool { return target == leadership.ErrInvalidArgument }
+func (e dsnError) Unwrap() error        { return e.err }
 
 // PingAfterIdle is how long a connection must have been idle in the pool
 // before [ShouldPing] has pgxpool ping it.

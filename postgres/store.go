@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -222,14 +224,18 @@ func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
 // read by one statement, so from one snapshot, in one round trip, and no
 // transaction of it waits on the client between statements (which an
 // idle_in_transaction_session_timeout would end). A serialization failure
-// (a session whose default isolation is SERIALIZABLE) is retried once.
+// (a session whose default isolation is SERIALIZABLE) is retried once. A
+// row it cannot read (a time of 'infinity' written by another program) is
+// returned with its name only, and named in the error, a
+// [sqlstore.UnreadableRows], with the other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	var (
 		out []leadership.Record
 		now time.Time
+		bad sqlstore.UnreadableRows
 	)
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
-		out, now = nil, time.Time{}
+		out, now, bad = nil, time.Time{}, nil
 		// The clock's row joined to every flag: one row of NULLs when
 		// there is no flag.
 		rows, err := s.pool.Query(ctx, `
@@ -240,20 +246,29 @@ ORDER BY f.name COLLATE "C"`)
 			return err
 		}
 		var (
-			name, holder       *string
-			version            *int64
-			renewed, expiresAt *time.Time
+			name, holder     *string
+			version          *int64
+			renewed, expires pgtype.Timestamptz // a failed Scan would end the rows: read infinity too
 		)
-		_, err = pgx.ForEachRow(rows, []any{&now, &name, &holder, &version, &renewed, &expiresAt}, func() error {
-			if name != nil {
-				out = append(out, leadership.Record{Name: *name, Holder: *holder, Version: *version, RenewedAt: *renewed, ExpiresAt: *expiresAt})
+		_, err = pgx.ForEachRow(rows, []any{&now, &name, &holder, &version, &renewed, &expires}, func() error {
+			if name == nil {
+				return nil
 			}
+			if renewed.InfinityModifier != pgtype.Finite || expires.InfinityModifier != pgtype.Finite {
+				bad = append(bad, sqlstore.UnreadableRow{Name: *name, Err: fmt.Errorf("renewed_at %s, expires_at %s: a time is infinite", renewed.InfinityModifier, expires.InfinityModifier)})
+				out = append(out, leadership.Record{Name: *name})
+				return nil
+			}
+			out = append(out, leadership.Record{Name: *name, Holder: *holder, Version: *version, RenewedAt: renewed.Time, ExpiresAt: expires.Time})
 			return nil
 		})
 		return err
 	})
 	if err != nil {
 		return nil, time.Time{}, describe("list flags", err)
+	}
+	if err := bad.Err(); err != nil {
+		return out, now, fmt.Errorf("postgres: list flags: %w", err)
 	}
 	return out, now, nil
 }

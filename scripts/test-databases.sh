@@ -156,7 +156,9 @@ DROP DATABASE IF EXISTS leadership;
 CREATE DATABASE leadership;
 CREATE USER IF NOT EXISTS 'lead'@'127.0.0.1' IDENTIFIED BY 'lead';
 GRANT ALL ON leadership.* TO 'lead'@'127.0.0.1';
-GRANT ALL ON \`leadership_%\`.* TO 'lead'@'127.0.0.1';
+GRANT ALL ON \`leadership_%\`.* TO 'lead'@'127.0.0.1' WITH GRANT OPTION;
+-- the tests create users lacking one grant each (cmd/leadership's grants_test.go)
+GRANT CREATE USER ON *.* TO 'lead'@'127.0.0.1';
 CREATE USER IF NOT EXISTS 'lead_ro'@'127.0.0.1' IDENTIFIED BY 'lead';
 GRANT SELECT ON leadership.* TO 'lead_ro'@'127.0.0.1';
 " >&2 || die "could not create the MariaDB database and users"

@@ -166,6 +166,17 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 // sharing flags between processes needs (see the package documentation).
 // The special path ":memory:" opens a private in-memory database limited
 // to one connection, for tests and demonstrations in one process.
+//
+// On Unix, Open creates a missing file readable and writable by its owner
+// only (mode 0600, whatever the umask), and SQLite gives its -wal and -shm
+// files the same mode: any user who can open them can hold SQLite's locks
+// and so stop the leader's renewals. To share the file between users,
+// create it beforehand with the mode and group they need (Open keeps the
+// mode of an existing file), in a directory they may all write. In a
+// directory every user may write (such as /tmp), Open refuses a path, or
+// a -wal or -shm file, that is a symbolic link or belongs to another
+// user. A file this user may not read and write fails Open with an error
+// that says so.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: sqlite.Open: path is empty", leadership.ErrInvalidArgument)
@@ -181,6 +192,9 @@ func Open(path string) (*sql.DB, error) {
 		}
 		db.SetMaxOpenConns(1)
 		return db, nil
+	}
+	if err := prepareFile(path); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite", "file:"+path+pragmas)
 	if err != nil {

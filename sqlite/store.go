@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
 // Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
@@ -180,7 +181,10 @@ func (s *Store) update(ctx context.Context, what, name, query string, args ...an
 	return n > 0, nil
 }
 
-// Flags implements [leadership.Store.Flags].
+// Flags implements [leadership.Store.Flags]. A row it cannot read (text
+// in an integer column, written by another program) is returned with its
+// name only, and named in the error, a [sqlstore.UnreadableRows], with the
+// other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	var now instant
 	if err := s.db.QueryRowContext(ctx, clockCTE(1)+`SELECT host, wall FROM c`, s.tb.key).Scan(&now.host, &now.wall); err != nil {
@@ -194,16 +198,26 @@ FROM leadership_flags ORDER BY name`)
 	}
 	defer rows.Close()
 	var out []leadership.Record
+	var bad sqlstore.UnreadableRows
 	for rows.Next() {
 		var name string
 		var r row
 		if err := rows.Scan(&name, &r.holder, &r.version, &r.renewed, &r.expiry, &r.boot, &r.hostRenewed, &r.hostExpiry); err != nil {
-			return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+			var skip any
+			if rows.Scan(&name, &skip, &skip, &skip, &skip, &skip, &skip, &skip) != nil {
+				return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+			}
+			bad = append(bad, sqlstore.UnreadableRow{Name: name, Err: err})
+			out = append(out, leadership.Record{Name: name})
+			continue
 		}
 		out = append(out, s.tb.record(name, r, now))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, time.Time{}, fmt.Errorf("sqlite: list flags: %w", err)
+	}
+	if err := bad.Err(); err != nil {
+		return out, s.tb.at(now.host), fmt.Errorf("sqlite: list flags: %w", err)
 	}
 	return out, s.tb.at(now.host), nil
 }

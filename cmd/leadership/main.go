@@ -21,6 +21,9 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Exit codes. A child's own status passes through `run` unchanged (128+N
@@ -45,18 +48,23 @@ Usage:
                                                 (after a failover the database cannot see)
   leadership help | --help | --version
 
-Every command takes --dsn (default sqlite:leadership.db in the current directory)
-and --log-level, --log-format; "leadership COMMAND --help" lists the rest. Every flag
-can also be set in the environment as LEADERSHIP_<FLAG> (LEADERSHIP_DSN,
-LEADERSHIP_LEASE, LEADERSHIP_SKIP_IF_HELD=true, ...); a flag on the command line wins.
-Flags may also follow NAME (leadership release NAME --dsn ...), but not the command
-of run, whose arguments are its own.
+Every command takes --dsn or --dsn-file (default sqlite:leadership.db in the current
+directory) and --log-level, --log-format; "leadership COMMAND --help" lists the rest.
+Every flag can also be set in the environment as LEADERSHIP_<FLAG> (LEADERSHIP_DSN,
+LEADERSHIP_DSN_FILE, LEADERSHIP_LEASE, LEADERSHIP_SKIP_IF_HELD=true, ...); a flag on
+the command line wins. Flags may also follow NAME (leadership release NAME --dsn ...),
+but not the command of run, whose arguments are its own.
 
-DSN forms: sqlite:PATH, postgres://USER:PASS@HOST:PORT/DB?..., mysql://USER:PASS@HOST:PORT/DB?...;
-a MySQL unix socket as mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB or
+DSN forms: sqlite:PATH; postgres://USER:PASS@HOST:PORT/DB?... or libpq's
+host=HOST dbname=DB user=USER password=PASS ...; mysql://USER:PASS@HOST:PORT/DB?... or
+go-sql-driver's USER:PASS@tcp(HOST:PORT)/DB?...; a MySQL unix socket as
+mysql://USER:PASS@unix(/run/mysqld/mysqld.sock)/DB, USER:PASS@unix(/run/...)/DB or
 mysql://USER:PASS@localhost/DB?socket=/run/mysqld/mysqld.sock; add routines=false to a
-mysql:// DSN for servers without stored procedures.
-Passwords are never printed or logged.
+MySQL DSN for servers without stored procedures.
+Passwords: a DSN is never printed, nor is any part that could be a password. --dsn
+shows it in ps and LEADERSHIP_DSN to processes that read the environment: prefer
+--dsn-file FILE (one line, a file other users cannot read; PostgreSQL also reads
+~/.pgpass or PGPASSFILE). run does not pass LEADERSHIP_DSN to its command (--pass-dsn).
 
 Exit codes:
   0    success; for run: the command exited 0, or the flag was held elsewhere
@@ -80,23 +88,19 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		stop() // run handles its signals itself: it forwards them to the child
-		return runCommand(rest, stderr)
+		return runCommand(rest, stderr) // it handles its signals: it forwards them to the child
 	case watchdogName: // started by run, not listed in the usage
-		stop()
 		return watchdogCommand(rest, stderr)
 	case "status":
-		return statusCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return statusCommand(ctx, rest, stdout, stderr) })
 	case "release":
-		return releaseCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return releaseCommand(ctx, rest, stdout, stderr) })
 	case "migrate":
-		return migrateCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return migrateCommand(ctx, rest, stdout, stderr) })
 	case "quarantine":
-		return quarantineCommand(ctx, rest, stdout, stderr)
+		return untilSignal(stderr, func(ctx context.Context) int { return quarantineCommand(ctx, rest, stdout, stderr) })
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -106,6 +110,36 @@ func mainWithArgs(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "leadership: unknown command %q\nRun 'leadership help' for usage.\n", cmd)
 		return exitUsage
+	}
+}
+
+// signalGrace is how long a command has to return, after SIGINT, SIGTERM
+// or SIGHUP cancelled its context, before it is abandoned.
+const signalGrace = time.Second
+
+// untilSignal runs cmd with a context that SIGINT, SIGTERM or SIGHUP
+// cancels, and returns its exit code; or, when such a signal came and cmd
+// has not returned within signalGrace (a call that ignores its context),
+// 128+N at once, so that a signal always ends the command.
+func untilSignal(stderr io.Writer, cmd func(context.Context) int) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- cmd(ctx) }()
+	select {
+	case code := <-done:
+		return code
+	case sig := <-sigs:
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(signalGrace):
+		}
+		fmt.Fprintf(stderr, "leadership: stopped by %s\n", unix.SignalName(sig.(syscall.Signal)))
+		return 128 + int(sig.(syscall.Signal))
 	}
 }
 

@@ -421,7 +421,7 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"run", "--dsn", dsn, "--", "true"}, exitUsage, "--name is mandatory"},
 		{[]string{"run", "--dsn", dsn, "--name", "x", "--lease", "1s", "--grace", "1s", "--", "true"}, exitUsage, "--grace"},
 		{[]string{"run", "--dsn", dsn, "--name", "x", "--lease", "soon", "--", "true"}, exitUsage, "invalid value"},
-		{[]string{"status", "--dsn", "oracle://u:secret-pw@h/db"}, exitUsage, "unknown scheme"},
+		{[]string{"status", "--dsn", "oracle://u:secret-pw@h/db"}, exitUsage, `scheme "oracle"`},
 		{[]string{"status", "--dsn", dsn, "--log-level", "loud"}, exitUsage, "--log-level"},
 		{[]string{"release", "--dsn", dsn}, exitUsage, "one flag name"},
 		{[]string{"run", "--dsn", "postgres://u:secret-pw@127.0.0.1:1/db?connect_timeout=2", "--name", "x", "--", "true"}, exitUnavailable, "connect"},

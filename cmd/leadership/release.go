@@ -38,7 +38,7 @@ func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return report(stderr, err, exitUnavailable)
 	}
 	defer store.Close()
-	records, now, err := store.Store.Flags(ctx)
+	records, now, unreadable, err := flags(ctx, store.Store)
 	if err != nil {
 		return report(stderr, err, exitUnavailable)
 	}
@@ -51,12 +51,20 @@ func releaseCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return report(stderr, err, exitFailure)
 	}
+	if why, bad := unreadable[name]; bad {
+		what := "no holder to evict"
+		if evicted {
+			what = "evicted its holder"
+		}
+		fmt.Fprintf(stdout, "%s: %s; its row cannot be read, so when another process can take over is unknown\n", shown(name), what)
+		return reportUnreadable(stderr, map[string]string{name: why})
+	}
 	if !evicted || r.Holder == "" {
-		fmt.Fprintf(stdout, "%s was not held\n", name)
+		fmt.Fprintf(stdout, "%s was not held\n", shown(name))
 		return exitOK
 	}
 	wait := max(r.ExpiresAt.Sub(now), 0).Round(time.Millisecond)
 	fmt.Fprintf(stdout, "evicted %s from %s (version %d); another process can take over in %v, when the evicted term expires\n",
-		r.Holder, name, r.Version, wait)
+		shown(r.Holder), shown(name), r.Version, wait)
 	return exitOK
 }

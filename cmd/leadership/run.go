@@ -176,7 +176,7 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		}
 		// The watchdog starts before the wait, to be ready when this
 		// process leads: starting a process takes time.
-		w, err := startWatchdog(o.grace, child, append(os.Environ(), "LEADERSHIP_NAME="+o.name, "LEADERSHIP_HOLDER="+f.Process()))
+		w, err := startWatchdog(o.grace, child, o.commandEnv("LEADERSHIP_NAME="+o.name, "LEADERSHIP_HOLDER="+f.Process()))
 		if err != nil {
 			log.Error("cannot start the watchdog process", "error", err)
 			return exitFailure

@@ -74,7 +74,8 @@ func MySQL(t testing.TB) string {
 	// databases named leadership_*.
 	init := writeScript(t, "users.sql", "CREATE USER 'lead_ro'@'%' IDENTIFIED BY 'lead';\n"+
 		"GRANT SELECT ON leadership.* TO 'lead_ro'@'%';\n"+
-		"GRANT ALL ON `leadership_%`.* TO 'lead'@'%';\n")
+		"GRANT ALL ON `leadership_%`.* TO 'lead'@'%' WITH GRANT OPTION;\n"+
+		"GRANT CREATE USER ON *.* TO 'lead'@'%';\n")
 	ctr, err := tcmysql.Run(ctx, image("LEADERSHIP_TEST_MYSQL_IMAGE", DefaultMySQLImage),
 		tcmysql.WithDatabase("leadership"), tcmysql.WithUsername("lead"), tcmysql.WithPassword("lead"),
 		tcmysql.WithScripts(init),
