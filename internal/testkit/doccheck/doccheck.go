@@ -134,7 +134,7 @@ func parse(src []byte) doc {
 			code = append(code, ln)
 			continue
 		}
-		if m := fenceRE.FindStringSubmatch(ln); m != nil {
+		if m := fenceRE.FindStringSubmatch(ln); m != nil && (m[1][0] == '~' || !strings.Contains(ln[strings.Index(ln, m[1])+len(m[1]):], "`")) {
 			fence, cur, code, prevText = m[1], &block{line: i + 1, info: m[2]}, nil, ""
 			continue
 		}

@@ -144,3 +144,16 @@ func TestSlugFollowsGitHub(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryGoBlockOfTheReadmeIsHeldByAnExample: the README's Go code is
+// code an Example function holds, so `go vet` and `go test` compile it.
+func TestEveryGoBlockOfTheReadmeIsHeldByAnExample(t *testing.T) {
+	t.Parallel()
+	problems, err := doccheck.GoBlocks(repoRoot(t), "README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
