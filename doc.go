@@ -76,7 +76,7 @@
 //     capped at 2 s, unless the store reports, when asked before each
 //     wait, that its release notifications reach every process (postgres,
 //     once its listener has received a notification it sent itself; see
-//     [ReleaseNotifier]): then it is Lease, and a follower attempts once
+//     [ProcessNotifier]): then it is Lease, and a follower attempts once
 //     per lease, at the holder's expiry.
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
