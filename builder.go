@@ -115,7 +115,8 @@ func (b *FlagBuilder) Jitter(d time.Duration) *FlagBuilder {
 }
 
 // Logger sets the structured logger: Debug for routine renewals, Info for
-// transitions, Warn for failed attempts. Optional; default discards.
+// transitions (a follower's included: once per change of the holder),
+// Warn for failed attempts. Optional; default discards.
 func (b *FlagBuilder) Logger(l *slog.Logger) *FlagBuilder { b.c.logger = l; return b }
 
 // MetricsRegisterer sets where the flag registers its Prometheus metrics

@@ -268,5 +268,7 @@
 // default) with the keys "flag", "process", "holder" and "version": Debug
 // for the effective settings at Build ("flag starting": lease, intervals,
 // timeout, margin, jitter) and for routine renewals, Info for raise, lower
-// and release, Warn for failed attempts.
+// and release and, on a follower, once per change of the holder ("flag
+// held by another process" with the new "holder"), Warn for failed
+// attempts.
 package leadership

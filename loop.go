@@ -223,12 +223,18 @@ func (f *Flag) untrusted(res Result, sent, replied int64) {
 	f.term = f.c.newTerm(&f.c, f.term, res.Version, sent, replied)
 }
 
-// lost handles an attempt that found the flag held by another term.
+// lost handles an attempt that found the flag held by another term. A
+// follower logs at Info once per change of the holder, so an operator
+// sees who leads without Debug.
 func (f *Flag) lost(ctx context.Context, res Result) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if res.Holder != f.holder {
-		f.log.LogAttrs(ctx, slog.LevelDebug, "flag held by another process",
+		level := slog.LevelInfo
+		if res.Holder == "" { // nobody holds it (a quarantine, an unreadable row)
+			level = slog.LevelDebug
+		}
+		f.log.LogAttrs(ctx, level, "flag held by another process",
 			slog.String("holder", res.Holder), slog.Int64("version", res.Version), slog.Time("expires_at", res.ExpiresAt))
 	}
 	f.holder = res.Holder
