@@ -67,21 +67,22 @@ func (b *FlagBuilder) Lease(d time.Duration) *FlagBuilder { b.c.lease = d; retur
 // RenewInterval sets how often the holder renews its term. Optional;
 // default Lease/3. RenewInterval + Timeout must be less than
 // Lease − SafetyMargin, so that a renewal can complete inside the trust
-// window. On a store that batches the attempts due together (postgres,
-// mysql and sqlite: those with a MaxAcquireBatch method), the holders of the flags of one Store in this process renew at shared
-// ticks, RenewInterval apart, so that the store renews them in a few round
-// trips: after each successful attempt the next renewal comes at the next
-// tick, never later than RenewInterval, so the first renewal of a term
-// comes earlier. The flags of a large store are split into groups of half
-// a batch, each group on ticks of its own, so that no tick queues a flag
-// behind more than one batch.
+// window. On a store that batches the attempts due together (an
+// [AcquireBatcher]: postgres, mysql and sqlite), the holders of the flags
+// of one Store in this process renew at shared ticks, RenewInterval
+// apart, so that the store renews them in a few round trips: after each
+// successful attempt the next renewal comes at the next tick, never later
+// than RenewInterval, so the first renewal of a term comes earlier. The
+// flags of a large store are split into groups of half a batch, each group
+// on ticks of its own, so that no tick queues a flag behind more than one
+// batch ([RenewalTicks]).
 func (b *FlagBuilder) RenewInterval(d time.Duration) *FlagBuilder { b.c.renewInterval = d; return b }
 
 // PollInterval bounds how long a follower waits between attempts, so it
 // notices a release quickly even without a push notification. Followers
 // otherwise schedule their attempt for the holder's expiry. Optional;
 // default Lease/3, at most 2 s, unless the store notifies releases to
-// other processes (see [ReleaseNotifier]; the postgres store does): there
+// other processes (a [ProcessNotifier]: the postgres store): there
 // a release wakes followers at once and a crashed holder is replaced at
 // its expiry anyway, so a follower has no reason to ask earlier, and the
 // default is Lease: a follower attempts about once per lease, at the
@@ -114,7 +115,8 @@ func (b *FlagBuilder) Jitter(d time.Duration) *FlagBuilder {
 }
 
 // Logger sets the structured logger: Debug for routine renewals, Info for
-// transitions, Warn for failed attempts. Optional; default discards.
+// transitions (a follower's included: once per change of the holder),
+// Warn for failed attempts. Optional; default discards.
 func (b *FlagBuilder) Logger(l *slog.Logger) *FlagBuilder { b.c.logger = l; return b }
 
 // MetricsRegisterer sets where the flag registers its Prometheus metrics
@@ -195,15 +197,16 @@ type config struct {
 	// rand.Int64N. The simulation makes it a function of virtual time so
 	// that a seed replays exactly.
 	randInt64N func(n int64) int64
-	// trustFromReply counts the trust window from the reply instead of the
-	// send: a deliberately wrong rule that the simulation must catch.
-	trustFromReply bool
-	// clocks reads the clock pair of suspend detection (suspend.go); nil
-	// means the operating system's clocks.
+	// newTerm builds the term an acquiring reply gives; nil means the
+	// trust rule, newTerm. The simulation's mutant replaces it with a
+	// wrong rule that it must catch.
+	newTerm func(c *config, prev term, version, sent, replied int64) term
+	// clocks reads the clock pair of suspend detection; nil means the
+	// operating system's clocks.
 	clocks clockPair
 	// ownRenewSchedule renews RenewInterval after each successful attempt
-	// instead of at the ticks shared by the flags of the store (ticks.go),
-	// as before they existed: for comparisons.
+	// instead of at the ticks shared by the flags of the store
+	// ([RenewalTicks]), as before they existed: for comparisons.
 	ownRenewSchedule bool
 	// tickShift moves the renewal ticks of the flag later by this much
 	// (less than RenewInterval): the simulation gives each flag its own
@@ -213,7 +216,7 @@ type config struct {
 
 	// pollNotifier is the store when the poll interval is the default on
 	// a store that can notify other processes; nil otherwise.
-	pollNotifier processNotifier
+	pollNotifier ProcessNotifier
 }
 
 // config completes the defaults and checks every setting, joining one
@@ -252,7 +255,7 @@ func (b *FlagBuilder) config() (config, error) {
 		}
 	}
 	defaultTo(&c.renewInterval, c.lease/3, "RenewInterval")
-	if n, ok := c.store.(processNotifier); ok && c.pollInterval == 0 {
+	if n, ok := c.store.(ProcessNotifier); ok && c.pollInterval == 0 {
 		c.pollNotifier = n // asked before each wait: Flag.pollInterval
 	}
 	defaultTo(&c.pollInterval, defaultPollInterval(c.store, c.lease), "PollInterval")
@@ -279,6 +282,9 @@ func (b *FlagBuilder) config() (config, error) {
 	if c.randInt64N == nil {
 		c.randInt64N = mathrand.Int64N
 	}
+	if c.newTerm == nil {
+		c.newTerm = newTerm
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -287,7 +293,7 @@ func (b *FlagBuilder) config() (config, error) {
 // wait, Flag.pollInterval, which caps the wait at maxDefaultPollInterval
 // while they do not), else Lease/3 capped at maxDefaultPollInterval.
 func defaultPollInterval(store Store, lease time.Duration) time.Duration {
-	if _, ok := store.(processNotifier); ok {
+	if _, ok := store.(ProcessNotifier); ok {
 		return lease
 	}
 	return min(lease/3, maxDefaultPollInterval)

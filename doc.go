@@ -76,7 +76,7 @@
 //     capped at 2 s, unless the store reports, when asked before each
 //     wait, that its release notifications reach every process (postgres,
 //     once its listener has received a notification it sent itself; see
-//     [ReleaseNotifier]): then it is Lease, and a follower attempts once
+//     [ProcessNotifier]): then it is Lease, and a follower attempts once
 //     per lease, at the holder's expiry.
 //   - Prompt graceful handover. [Flag.Close] lowers the flag, then releases
 //     the row, which expires at once; followers notice at their next poll, or
@@ -268,5 +268,7 @@
 // default) with the keys "flag", "process", "holder" and "version": Debug
 // for the effective settings at Build ("flag starting": lease, intervals,
 // timeout, margin, jitter) and for routine renewals, Info for raise, lower
-// and release, Warn for failed attempts.
+// and release and, on a follower, once per change of the holder ("flag
+// held by another process" with the new "holder"), Warn for failed
+// attempts.
 package leadership

@@ -16,7 +16,9 @@ func (b *FlagBuilder) RandInt64NForTest(fn func(n int64) int64) *FlagBuilder {
 // TrustFromReplyForTest turns on, for the flags built by b, the mutant
 // that counts the trust window from the reply instead of the send.
 func (b *FlagBuilder) TrustFromReplyForTest() *FlagBuilder {
-	b.c.trustFromReply = true
+	b.c.newTerm = func(c *config, prev term, version, _, replied int64) term {
+		return newTerm(c, prev, version, replied, replied)
+	}
 	return b
 }
 

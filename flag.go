@@ -15,6 +15,9 @@ import (
 // hold. A background goroutine acquires and renews the flag; all methods are
 // safe for concurrent use. Create a Flag with [NewFlag] and
 // [FlagBuilder.Build]; release it with [Flag.Close].
+//
+// The algorithm behind the methods (the loop, an attempt, the trust rule)
+// is in loop.go.
 type Flag struct {
 	c   config
 	m   *metrics
@@ -25,10 +28,9 @@ type Flag struct {
 	base time.Time
 	// lastAttemptDone is when the loop last finished an attempt.
 	lastAttemptDone atomic.Int64
-	// ticks places the renewal ticks shared with the other flags of the
-	// store (ticks.go); leaveTicks gives them up at shutdown.
-	ticks      ticks
-	leaveTicks func()
+	// ticks places the holder's renewals on the grid it shares with the
+	// other flags of a batching store ([RenewalTicks]).
+	ticks ticks
 
 	loopCtx    context.Context
 	loopCancel context.CancelFunc
@@ -43,10 +45,18 @@ type Flag struct {
 	closeErr  error
 	closedCh  chan struct{}
 
-	mu sync.Mutex
-	// term is the held term (term.go); all but term.trustedUntil is
-	// guarded by mu.
+	// trusted is a copy of term while its trust window is open, nil while
+	// the flag is lowered: what Raised and TrustDeadline read, without mu.
+	// It is stored under mu.
+	trusted atomic.Pointer[term]
+
+	mu sync.Mutex // guards the fields below
+	// term is the term this process holds in the database as far as it
+	// knows (zero for none). It outlives a closed trust window: the term
+	// can still be renewed if nobody took it.
 	term term
+	// ann is what has been announced about the term.
+	ann announcement
 	// holder is who held the flag at the last attempt, as the database
 	// reported it.
 	holder string
@@ -62,34 +72,12 @@ func newFlag(c config, m *metrics) *Flag {
 		closedCh: make(chan struct{}),
 		events:   newDispatcher(),
 		susp:     suspendWatch{clocks: c.clocks},
+		ann:      announcement{ch: make(chan struct{})},
 	}
-	f.term.announcedCh = make(chan struct{})
-	f.ticks, f.leaveTicks = joinTicks(c.store, f.base)
+	if b, ok := c.store.(AcquireBatcher); ok {
+		f.ticks = b.RenewalTicks().join(f.base, b.MaxAcquireBatch())
+	}
 	return f
-}
-
-// start makes the first attempt with the caller's context and starts the
-// loop. On error nothing is left running.
-func (f *Flag) start(ctx context.Context) error {
-	f.loopCtx, f.loopCancel = context.WithCancel(context.WithoutCancel(ctx))
-	n, notifies := f.c.store.(ReleaseNotifier)
-	if notifies {
-		f.wake, f.stopNotify = n.NotifyReleases(f.c.name)
-	}
-	f.log.LogAttrs(ctx, slog.LevelDebug, "flag starting",
-		slog.Duration("lease", f.c.lease), slog.Duration("renew_interval", f.c.renewInterval),
-		slog.Duration("poll_interval", f.c.pollInterval), slog.Duration("timeout", f.c.timeout),
-		slog.Duration("safety_margin", f.c.safetyMargin), slog.Duration("jitter", f.c.jitter),
-		slog.Bool("release_notifications", notifies))
-	first, err := f.attemptWith(ctx)
-	if err != nil {
-		f.loopCancel()
-		close(f.loopDone)
-		f.shutdown()
-		return fmt.Errorf("leadership: first attempt on flag %q: %w", f.c.name, err)
-	}
-	go f.run(first)
-	return nil
 }
 
 // Raised reports whether this process holds the flag and may act as its
@@ -98,7 +86,30 @@ func (f *Flag) start(ctx context.Context) error {
 // goroutine is stalled, so a process frozen past its lease never sees it
 // true while another process holds the flag.
 func (f *Flag) Raised() bool {
-	return f.now() < f.term.trustedUntil.Load()
+	t := f.trusted.Load()
+	return t != nil && f.now() < t.trustedUntil
+}
+
+// TrustDeadline returns the instant at which the current trust window ends,
+// and true; or the zero Time and false when the flag is lowered. It is the
+// instant at which [Flag.Raised] turns false unless a renewal extends the
+// window first: (the monotonic clock read just before the winning
+// statement was sent) + Lease − SafetyMargin, the same value Raised
+// compares against. The database started the term after that send, so no
+// other process can acquire the flag before the deadline plus SafetyMargin,
+// less what the clock-rate bound in the package documentation allows.
+//
+// The Time carries a monotonic clock reading, so time.Until and Sub measure
+// it on the monotonic clock; its wall-clock part is for display only. The
+// deadline only moves later while one term lasts. It lets a supervisor hand
+// the window to another process (cmd/leadership passes it to a watchdog
+// that kills the command when it ends) or arm its own timer.
+func (f *Flag) TrustDeadline() (time.Time, bool) {
+	t := f.trusted.Load()
+	if t == nil {
+		return time.Time{}, false
+	}
+	return f.base.Add(time.Duration(t.trustedUntil)), true
 }
 
 // Name returns the flag's name.
@@ -127,10 +138,24 @@ func (f *Flag) Holder() string {
 func (f *Flag) Token() (int64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.term.leading(f.now()) {
+	if !f.leadingLocked() {
 		return 0, false
 	}
 	return f.term.version, true
+}
+
+// Term returns the term this process leads, and true while the flag is
+// raised (the same condition as [Flag.Token], whose value is the term's
+// Version); or a zero Term and false. Fencing a transaction with the flag
+// (a store's Fence function) asks it at the moment of the fence, so a
+// flag that is no longer raised fails the fence at once, without asking
+// the database.
+func (f *Flag) Term() (Term, bool) {
+	version, ok := f.Token()
+	if !ok {
+		return Term{}, false
+	}
+	return Term{Name: f.c.name, Holder: f.c.process, Version: version}, true
 }
 
 // Wait blocks until the flag is raised, ctx is done (returning ctx.Err())
@@ -140,7 +165,7 @@ func (f *Flag) Token() (int64, bool) {
 func (f *Flag) Wait(ctx context.Context) error {
 	for {
 		f.mu.Lock()
-		ch, announced, leading := f.term.announcedCh, f.term.announced, f.term.leading(f.now())
+		ch, live, leading := f.ann.ch, f.ann.live, f.leadingLocked()
 		f.mu.Unlock()
 		select {
 		case <-f.closedCh:
@@ -151,7 +176,7 @@ func (f *Flag) Wait(ctx context.Context) error {
 			return nil
 		}
 		var settle <-chan time.Time
-		if announced { // announced but the trust window just ended: the timer lowers it soon
+		if live { // announced but the trust window just ended: the timer lowers it soon
 			settle = time.After(time.Millisecond)
 		}
 		select {
@@ -175,7 +200,7 @@ func (f *Flag) Wait(ctx context.Context) error {
 // irreversible steps, or use [Flag.Token] for fencing.
 func (f *Flag) LeaderContext(parent context.Context) (context.Context, context.CancelFunc, bool) {
 	f.mu.Lock()
-	termCtx, ok := f.term.ctx, f.term.leading(f.now())
+	termCtx, ok := f.ann.ctx, f.leadingLocked()
 	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(parent)
 	if !ok {
@@ -201,11 +226,11 @@ func (f *Flag) Check() error {
 	}
 	now := f.now()
 	f.mu.Lock()
-	version, deadline := f.term.version, f.term.deadline
+	t := f.term
 	f.mu.Unlock()
-	if version != 0 && now >= deadline {
+	if t.version != 0 && now >= t.trustedUntil {
 		return fmt.Errorf("%w: flag %q term %d not renewed for %v past its trust window",
-			ErrRenewalOverdue, f.c.name, version, time.Duration(now-deadline).Round(time.Millisecond))
+			ErrRenewalOverdue, f.c.name, t.version, time.Duration(now-t.trustedUntil).Round(time.Millisecond))
 	}
 	limit := 2 * (max(f.c.renewInterval, f.c.pollInterval) + 2*f.c.timeout + f.c.jitter)
 	if idle := time.Duration(now - f.lastAttemptDone.Load()); idle > limit {
@@ -230,8 +255,9 @@ func (f *Flag) Close() error {
 	f.closeOnce.Do(func() {
 		f.loopCancel()
 		<-f.loopDone
-		version, since := f.endSince("closed")
-		if until := since + int64(f.c.holdAtLeast); version != 0 && f.now() < until {
+		t := f.end("closed")
+		version := t.version
+		if until := t.since + int64(f.c.holdAtLeast); version != 0 && f.now() < until {
 			version = f.hold(version, until)
 		}
 		if version != 0 {
@@ -248,7 +274,7 @@ func (f *Flag) Close() error {
 
 // shutdown marks the flag closed and frees what it holds besides the row.
 func (f *Flag) shutdown() {
-	f.leaveTicks()
+	f.ticks.leave()
 	if f.stopNotify != nil {
 		f.stopNotify()
 	}
@@ -273,3 +299,36 @@ func (f *Flag) release(ctx context.Context, version int64) error {
 
 // now is the monotonic time since base.
 func (f *Flag) now() int64 { return int64(time.Since(f.base)) }
+
+// Term identifies one term of leadership of a flag: the flag's name, the
+// holder (the process name of the flag that won it) and the version, the
+// fencing token. Two terms of one flag never share a version.
+//
+// A Term is what the stores' Fence functions check a transaction against:
+// the transaction commits only if the flag's row still names this holder
+// and this version, and no later term can start before it has committed
+// or rolled back. A Term is a [Leader] of itself, so a job can pin all its
+// transactions to the term it started in (as a shell job run by
+// `leadership run` does with LEADERSHIP_NAME, LEADERSHIP_HOLDER and
+// LEADERSHIP_TOKEN); pass the [*Flag] itself to fence with whatever term
+// it leads at the moment, and only while it is raised.
+type Term struct {
+	Name    string
+	Holder  string
+	Version int64
+}
+
+// Term returns t and whether it can name a term at all (a holder and a
+// positive version): a Term is a [Leader] of itself.
+func (t Term) Term() (Term, bool) {
+	return t, t.Name != "" && t.Holder != "" && t.Version > 0
+}
+
+// Leader is what a transaction is fenced with: anything that reports the
+// term it leads, and false when it leads none. [*Flag] and [Term] are
+// Leaders.
+type Leader interface {
+	Term() (Term, bool)
+}
+
+var _ Leader = (*Flag)(nil)

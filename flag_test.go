@@ -3,6 +3,7 @@ package leadership_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -114,6 +115,64 @@ func TestGracefulHandoverByPollingWithoutNotification(t *testing.T) {
 			t.Fatalf("handover by polling took %v, want at most the poll interval 1s", took)
 		}
 	})
+}
+
+// TestAFollowerLogsWhoLeadsAtInfoOncePerChange: a follower logs the holder
+// at Info when it first finds one, not at each of its many attempts
+// after, and again when another process takes over, so an operator sees
+// who leads without Debug.
+func TestAFollowerLogsWhoLeadsAtInfoOncePerChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New()
+		a := build(t, s, "a")
+		logs := &holderLog{}
+		// b polls without notifications, so c (notified) takes over from a.
+		build(t, withoutNotify{s}, "b", func(b *leadership.FlagBuilder) {
+			b.PollInterval(time.Second).Logger(slog.New(logs))
+		})
+		time.Sleep(3 * testLease) // b attempts about 30 times
+		if got := logs.get(); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("b logged the holders %q at Info in 30 attempts, want [a] once", got)
+		}
+		c := build(t, s, "c")
+		_ = a.Close()
+		synctest.Wait()
+		if !c.Raised() {
+			t.Fatal("c did not take over at a's release")
+		}
+		time.Sleep(3 * testLease)
+		if got := logs.get(); !slices.Equal(got, []string{"a", "c"}) {
+			t.Fatalf("b logged the holders %q at Info, want [a c]: once per change", got)
+		}
+	})
+}
+
+// holderLog records the "holder" of each record at Info or above.
+type holderLog struct {
+	mu      sync.Mutex
+	holders []string
+}
+
+func (h *holderLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *holderLog) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *holderLog) WithGroup(string) slog.Handler                { return h }
+
+func (h *holderLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "holder" {
+			h.mu.Lock()
+			h.holders = append(h.holders, a.Value.String())
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (h *holderLog) get() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.holders)
 }
 
 // withoutNotify hides the store's ReleaseNotifier.

@@ -153,9 +153,9 @@ func (p *proc) addMember(flagName string, rng *rand.Rand) {
 // start builds m's flag in the background, retrying like a supervisor.
 func (m *member) start() {
 	p, s := m.p, m.p.s
-	var store leadership.Store = &procStore{m}
+	var store leadership.Store = &procStore{m: m}
 	if m.notify {
-		store = notifyingProcStore{&procStore{m}}
+		store = notifyingProcStore{&procStore{m: m}}
 	}
 	b := leadership.NewFlag().Store(store).Name(m.flagName).Process(p.name).Lease(m.lease).
 		SafetyMargin(m.margin).Timeout(m.timeout).Migrate(false).Precheck(p.precheck).
@@ -228,13 +228,18 @@ func (p *proc) thaw() (waited bool) {
 // procStore is the store as one flag of a process reaches it, through the
 // adversary: each call alone, or in batch mode its Acquires in the
 // process's batches.
-type procStore struct{ m *member }
+type procStore struct {
+	m     *member
+	ticks leadership.RenewalTicks
+}
 
 func (ps *procStore) Migrate(ctx context.Context) error { return ps.m.p.s.store.Migrate(ctx) }
 
-// MaxAcquireBatch makes the flags renew at ticks (ticks.go), as on a store
-// that batches, in every mode.
+// MaxAcquireBatch and RenewalTicks make the flags renew at ticks, as on a
+// store that batches, in every mode.
 func (ps *procStore) MaxAcquireBatch() int { return simMaxBatch }
+
+func (ps *procStore) RenewalTicks() *leadership.RenewalTicks { return &ps.ticks }
 
 func (ps *procStore) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if ps.m.p.batch != nil {

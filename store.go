@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -26,6 +27,11 @@ import (
 // processes sharing the database. Methods return an error wrapping
 // [ErrInvalidArgument] for a request that fails [Request.Validate] or carries
 // an invalid name, without touching the database.
+//
+// A store may also have the capabilities that flags and tools look for,
+// each an interface below: [ReleaseNotifier] and [ProcessNotifier]
+// (release notifications), [AcquireBatcher] (batched attempts, renewals
+// at shared ticks), [SchemaVersioner] and [Quarantiner].
 type Store interface {
 	// Migrate creates or upgrades the schema. It is idempotent and safe to
 	// run from several processes at once.
@@ -88,22 +94,9 @@ type Store interface {
 // the sqlite store notifies the flags of the same process and, on Linux,
 // those of other processes through a file watcher, and the mysql store
 // those of other processes through user-level locks, as a hint neither
-// claims (no NotifiesOtherProcesses method; their HintsOtherProcesses
-// method, which flags do not use, lets the conformance suite check it).
-//
-// A store whose notifications reach the flags of every process sharing the
-// database, not only those of the same Store value, also has the method
-//
-//	NotifiesOtherProcesses() bool
-//
-// reporting true (the postgres store, once its listener has received a
-// notification it sent itself). Followers then need not poll for a
-// graceful release, so the default [FlagBuilder.PollInterval] on a store
-// with this method is Lease without the 2 s cap: followers attempt at
-// the holder's expiry. The method must be cheap: a flag asks it before
-// each wait, and the cap applies while it reports false (not yet
-// confirmed, the notification path broken, or notifications never
-// arriving, as behind a pooler in transaction mode).
+// claims ([ProcessNotifier] is the claim; their HintsOtherProcesses
+// method, which flags do not use, lets the conformance suite check the
+// hint).
 type ReleaseNotifier interface {
 	// NotifyReleases returns a channel that receives a value (it is
 	// buffered; values are dropped, never blocked on, when one is already
@@ -112,6 +105,151 @@ type ReleaseNotifier interface {
 	// now, never a promise: the channel may stay silent when the
 	// notification path is broken, so callers keep polling.
 	NotifyReleases(name string) (<-chan struct{}, func())
+}
+
+// ProcessNotifier is a [ReleaseNotifier] whose notifications can reach
+// the flags of every process sharing the database, not only those of the
+// same Store value (the postgres store). Followers then need not poll for
+// a graceful release, so the default [FlagBuilder.PollInterval] on such a
+// store is Lease without the 2 s cap: followers attempt at the holder's
+// expiry.
+//
+// Only liveness rests on it, never safety: a store that reports true
+// while a release does not reach every process delays a handover to the
+// holder's expiry, up to one lease.
+type ProcessNotifier interface {
+	ReleaseNotifier
+	// NotifiesOtherProcesses reports whether a release by any process
+	// sharing the database now reaches this store's NotifyReleases
+	// channels (the postgres store: once its listener has received a
+	// notification it sent itself). It reports false while that is not
+	// confirmed, while the notification path is broken, and when
+	// notifications never arrive (behind a pooler in transaction mode); a
+	// flag caps its poll at 2 s while it does. It must be cheap and safe
+	// for concurrent use: a flag asks it before each wait.
+	NotifiesOtherProcesses() bool
+}
+
+// AcquireBatcher is implemented by stores that send the Acquire calls
+// that are due together in batches (the postgres, mysql and sqlite
+// stores). The holders of the flags of such a store renew at ticks they
+// share ([RenewalTicks]), so that their renewals are due at one instant
+// and travel in a few batches per RenewInterval, whatever the load,
+// instead of batching only when attempts happen to overlap.
+//
+// Batching must keep the contract of [Store.Acquire] for each call: the
+// statement that decides a call is sent after the call began (a flag
+// counts its trust window from before the call, so a call must never
+// take the result of a statement already on its way), it is decided by
+// the rules of Acquire as if sent alone after those before it in its
+// batch, and the call returns a result only once its statement has
+// committed; an error after which the statement may have taken effect is
+// returned as an error, as a lost reply is.
+type AcquireBatcher interface {
+	// MaxAcquireBatch is the most Acquire calls the store sends in one
+	// batch, at least 1.
+	MaxAcquireBatch() int
+	// RenewalTicks returns the grid of renewal ticks of the store's flags
+	// in this process: a RenewalTicks that the Store value keeps (its
+	// zero value is ready to use), the same at every call, shared with no
+	// other Store.
+	RenewalTicks() *RenewalTicks
+}
+
+// RenewalTicks is the grid of renewal ticks shared by the flags of one
+// [AcquireBatcher] in this process. A holder renews at the next tick
+// strictly after each successful attempt, on a grid of period
+// RenewInterval whose origin is the start of the first of the store's
+// open flags. The holders of flags of one store with one RenewInterval are
+// then due at the same instants and the store renews them in a few round
+// trips per RenewInterval instead of one per flag.
+//
+// A burst of every flag of a large store at one instant would queue most
+// of them behind several batches, and their wait counts against Timeout.
+// So the flags of a store are grouped in the order they were built, half
+// a batch to a group, and each group has its own phase in the grid, the
+// phases spread over the interval by the golden ratio (each new group
+// lands in the largest gap left by those before it): a tick then carries
+// at most one batch of each store. When the store's last open flag
+// closes, the grid starts afresh.
+//
+// What it keeps: the wait after a successful attempt is in
+// (0, RenewInterval], never longer than the fixed RenewInterval it
+// replaces, so the next renewal is sent at most RenewInterval after the
+// reply and the relation checked at Build (RenewInterval + Timeout <
+// Lease − SafetyMargin) still guarantees that a renewal can complete
+// inside the trust window. What it costs: the first renewal of a term
+// comes at the first tick after the acquisition, earlier than
+// RenewInterval, so at most one extra renewal per term. Retries after a
+// failure and the attempts of followers keep their own schedules, and so
+// do flags on stores that do not batch, where shared ticks would only
+// make bursts. Ticks count by the monotonic clock, as the trust window
+// does.
+//
+// The zero value is ready to use; a RenewalTicks must not be copied after
+// first use. Only the flags of this package use it; it has no exported
+// methods.
+type RenewalTicks struct {
+	mu     sync.Mutex
+	origin time.Time // the start of the first of the open flags
+	open   int       // open flags
+	joined int       // flags that joined since the grid was last empty
+}
+
+// ticks places the renewal ticks of one flag: the instants t of the flag
+// (in [Flag.now] units) where t + offset is a multiple of the period,
+// shifted later by phase periods. A nil grid means no ticks.
+type ticks struct {
+	grid   *RenewalTicks
+	offset int64
+	phase  float64 // in [0, 1)
+}
+
+// goldenFraction is (√5 − 1) / 2: group g's phase is the fractional part
+// of g times it.
+const goldenFraction = 0.6180339887498949
+
+// join places a flag whose clock origin is base on g, the grid of a store
+// that sends at most maxBatch Acquires in one batch. The flag leaves it
+// once, when it shuts down. A nil g gives no ticks.
+func (g *RenewalTicks) join(base time.Time, maxBatch int) ticks {
+	if g == nil {
+		return ticks{}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open == 0 {
+		g.origin, g.joined = base, 0
+	}
+	group := g.joined / max(maxBatch/2, 1)
+	g.joined++
+	g.open++
+	phase := float64(group) * goldenFraction
+	phase -= float64(int64(phase))
+	return ticks{grid: g, offset: int64(base.Sub(g.origin)), phase: phase}
+}
+
+// leave gives up the flag's place on the grid.
+func (t ticks) leave() {
+	if t.grid != nil {
+		t.grid.mu.Lock()
+		t.grid.open--
+		t.grid.mu.Unlock()
+	}
+}
+
+// untilTick is the wait from the flag's instant now to the next tick
+// strictly after it, in (0, period].
+func untilTick(now, offset int64, period time.Duration) time.Duration {
+	p := int64(period)
+	if p <= 0 {
+		return period
+	}
+	r := (now + offset) % p
+	if r < 0 {
+		r += p
+	}
+	return time.Duration(p - r)
 }
 
 // SchemaVersioner is implemented by stores whose schema is applied by
@@ -152,13 +290,6 @@ type Quarantiner interface {
 	// database clock (before now when there is none), and the database
 	// clock. It writes nothing.
 	QuarantinedUntil(ctx context.Context) (until, now time.Time, err error)
-}
-
-// processNotifier is a [ReleaseNotifier] that can say whether its
-// notifications reach every process sharing the database.
-type processNotifier interface {
-	ReleaseNotifier
-	NotifiesOtherProcesses() bool
 }
 
 // Request asks a [Store] to acquire or renew a flag for a term.

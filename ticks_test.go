@@ -44,9 +44,18 @@ func (s *sendTimes) of(name string) []time.Time {
 type batchingSendTimes struct {
 	*sendTimes
 	batch int
+	ticks leadership.RenewalTicks
 }
 
-func (s batchingSendTimes) MaxAcquireBatch() int { return s.batch }
+func newBatching(s *sendTimes, batch int) *batchingSendTimes {
+	return &batchingSendTimes{sendTimes: s, batch: batch}
+}
+
+func (s *batchingSendTimes) MaxAcquireBatch() int { return s.batch }
+
+func (s *batchingSendTimes) RenewalTicks() *leadership.RenewalTicks { return &s.ticks }
+
+var _ leadership.AcquireBatcher = (*batchingSendTimes)(nil)
 
 const tickLatency = 40 * time.Millisecond
 
@@ -81,12 +90,13 @@ func renewsWithin(t *testing.T, s *sendTimes, name string, renew time.Duration) 
 func TestFlagsOfOneStoreRenewAtSharedTicks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSendTimes(tickLatency)
+		store := newBatching(s, 512)
 		renew := testLease / 3
-		build(t, batchingSendTimes{s, 512}, "a", func(b *leadership.FlagBuilder) { b.Name("one") })
+		build(t, store, "a", func(b *leadership.FlagBuilder) { b.Name("one") })
 		time.Sleep(1300 * time.Millisecond)
 		// Another Timeout, the same RenewInterval: the same ticks.
-		build(t, batchingSendTimes{s, 512}, "a", func(b *leadership.FlagBuilder) { b.Name("two").Timeout(time.Second) })
-		buildSpread(t, batchingSendTimes{s, 512}, 0, "three")
+		build(t, store, "a", func(b *leadership.FlagBuilder) { b.Name("two").Timeout(time.Second) })
+		buildSpread(t, store, 0, "three")
 
 		one := renewsWithin(t, s, "one", renew)
 		for _, name := range []string{"two", "three"} {
@@ -104,7 +114,7 @@ func TestFlagsOfALargeStoreRenewInGroupsOfHalfABatch(t *testing.T) {
 		s := newSendTimes(tickLatency)
 		renew := testLease / 3
 		// Batches of 4: groups of 2 flags in the order they were built.
-		buildSpread(t, batchingSendTimes{s, 4}, 700*time.Millisecond, "g0a", "g0b", "g1a", "g1b", "g2a")
+		buildSpread(t, newBatching(s, 4), 700*time.Millisecond, "g0a", "g0b", "g1a", "g1b", "g2a")
 		groups := [][]string{{"g0a", "g0b"}, {"g1a", "g1b"}, {"g2a"}}
 		var firsts [][]time.Time
 		for _, group := range groups {

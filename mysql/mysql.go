@@ -297,7 +297,8 @@ type Store struct {
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
 
-	batch *sqlstore.Batcher // batch.go
+	batch *sqlstore.Batcher       // batch.go
+	ticks leadership.RenewalTicks // ticks.go
 	// manyMissingUntil (Unix nanoseconds): until then, batches are sent
 	// one CALL per request, leadership_acquire_many having been found
 	// missing or not executable.
@@ -330,6 +331,7 @@ type Store struct {
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.AcquireBatcher  = (*Store)(nil)
 	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 

@@ -1,5 +1,7 @@
 package mysql
 
+import "github.com/dbflag/leadership"
+
 // MaxAcquireBatch is the most Acquire calls the store sends in one batch:
 // 512 in routine mode, 32 in statement mode.
 // It tells flags that the store batches: the holders of its flags renew
@@ -9,3 +11,7 @@ package mysql
 // whatever the load, instead of batching only when attempts happen to
 // overlap.
 func (s *Store) MaxAcquireBatch() int { return s.batch.MaxBatch }
+
+// RenewalTicks returns the grid of renewal ticks shared by the flags of
+// the store in this process (leadership.AcquireBatcher).
+func (s *Store) RenewalTicks() *leadership.RenewalTicks { return &s.ticks }

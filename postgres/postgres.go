@@ -97,7 +97,8 @@ type Store struct {
 	noListen  bool        // WithoutNotifications
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
-	batch     *sqlstore.Batcher // batch.go
+	batch     *sqlstore.Batcher       // batch.go
+	ticks     leadership.RenewalTicks // ticks.go
 	// statementPerFlag sends a batch as one acquireSQL statement per
 	// request (each a run of its own), as before acquireManySQL: a test
 	// hook, for the benchmark that compares the two.
@@ -106,7 +107,8 @@ type Store struct {
 
 var (
 	_ leadership.Store           = (*Store)(nil)
-	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.ProcessNotifier = (*Store)(nil)
+	_ leadership.AcquireBatcher  = (*Store)(nil)
 	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 

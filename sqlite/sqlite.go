@@ -130,13 +130,15 @@ type Store struct {
 	hub      notify.Hub
 	tb       *timebase
 	migrated schema.Once
-	batch    *sqlstore.Batcher // batch.go
-	watching atomic.Bool       // the watcher watches the file: HintsOtherProcesses
+	batch    *sqlstore.Batcher       // batch.go
+	ticks    leadership.RenewalTicks // ticks.go
+	watching atomic.Bool             // the watcher watches the file: HintsOtherProcesses
 }
 
 var (
 	_ leadership.Store           = (*Store)(nil)
 	_ leadership.ReleaseNotifier = (*Store)(nil)
+	_ leadership.AcquireBatcher  = (*Store)(nil)
 	_ leadership.SchemaVersioner = (*Store)(nil)
 )
 
