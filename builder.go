@@ -129,7 +129,7 @@ func (b *FlagBuilder) MetricsRegisterer(r prometheus.Registerer) *FlagBuilder {
 
 // Migrate sets whether Build applies the store's schema migrations
 // (idempotent). Optional; default true. Turn it off when migrations are run
-// by a deployment step; see the README.
+// by a deployment step (docs/operations.md in the repository).
 func (b *FlagBuilder) Migrate(apply bool) *FlagBuilder { b.c.migrate = apply; return b }
 
 // Precheck sets a hook called before every attempt, with a context bounded
