@@ -86,11 +86,13 @@ func takeovers(t target, runID string, o options) (crash, graceful []result) {
 // takeoversOnly runs figures 1 and 2 on every target, writes their plots
 // and prints their samples (-takeovers-only: no report).
 func takeoversOnly(r *report, targets []target, runID string, o options) error {
+	fmt.Printf("load average at start: %s\n", r.loadStart)
 	for _, t := range targets {
 		c, g := takeovers(t, runID, o)
 		r.crash, r.graceful = append(r.crash, c...), append(r.graceful, g...)
 	}
-	r.finished = time.Now().UTC()
+	r.finished, r.loadEnd = time.Now().UTC(), loadavg()
+	fmt.Printf("load average at end: %s\n", r.loadEnd)
 	for _, set := range []struct {
 		what string
 		rs   []result
@@ -151,7 +153,7 @@ func failoverSVG(rs []result, when time.Time) string {
 	return dotPlot(
 		fmt.Sprintf("Crash failover: SIGKILL of the holder → another process raised, × lease (%v), %s", lease, when.Format("2006-01-02")),
 		"shaded: the range expected from the source",
-		rows, func(v float64) float64 { return v / hi }, ticks, func(v float64) string { return fmt.Sprintf("%.2g×", v) },
+		rows, func(v float64) float64 { return v / hi }, ticks, func(v float64) string { return fmt.Sprintf("%.3g×", v) },
 		func(v float64) string { return fmt.Sprintf("%.2f×", v) })
 }
 
@@ -191,7 +193,12 @@ func handoverSVG(rs []result, when time.Time) string {
 				return fmt.Sprintf("%g s", v/1000)
 			}
 			return fmt.Sprintf("%g ms", v)
-		}, func(v float64) string { return fmt.Sprintf("%.3g ms", v) })
+		}, func(v float64) string {
+			if v >= 1000 {
+				return fmt.Sprintf("%.3g s", v/1000)
+			}
+			return fmt.Sprintf("%.3g ms", v)
+		})
 }
 
 // dotPlot draws one row of dots per distribution on a shared axis: pos maps
@@ -226,7 +233,11 @@ func dotPlot(title, note string, rows []plotRow, pos func(float64) float64, tick
 		}
 		med, _, _ := spread(row.xs)
 		p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-width="2"/>`, x(med), y-rowH/2+8, x(med), y+rowH/2-8)
-		p(`<text x="%.1f" y="%.1f" font-size="11">median %s (n=%d)</text>`, x(med)+4, y-rowH/2+16, value(med), len(row.xs))
+		anchor, lx := "start", x(med)+4
+		if x(med) > width-right-160 {
+			anchor, lx = "end", x(med)-4
+		}
+		p(`<text x="%.1f" y="%.1f" font-size="11" text-anchor="%s">median %s (n=%d)</text>`, lx, y-rowH/2+16, anchor, value(med), len(row.xs))
 	}
 	ay := top + rowH*float64(max(len(rows), 1)) + 5
 	p(`<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="black"/>`, left, ay, width-right, ay)
