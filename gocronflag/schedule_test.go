@@ -24,7 +24,7 @@ import (
 // after a's last.
 func TestAnAlignedScheduleRunsOncePerPeriodAcrossAHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gap := handoverGap(t, gocron.CronJob("*/2 * * * * *", true))
+		gap := handoverGap(t, func() gocron.JobDefinition { return gocron.CronJob("*/2 * * * * *", true) })
 		if gap < 2*time.Second {
 			t.Fatalf("b ran %v after a's last run, within a's 2 s period", gap)
 		}
@@ -39,14 +39,16 @@ func TestAnAlignedScheduleRunsOncePerPeriodAcrossAHandover(t *testing.T) {
 // run comes one second after a's last, within the 2 s period.
 func TestAScheduleCountedFromEachStartCanRunTwiceInAPeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		if gap := handoverGap(t, gocron.DurationJob(2*time.Second)); gap != time.Second {
+		if gap := handoverGap(t, func() gocron.JobDefinition { return gocron.DurationJob(2 * time.Second) }); gap != time.Second {
 			t.Fatalf("b ran %v after a's last run, want 1 s (its own phase)", gap)
 		}
 	})
 }
 
-// handoverGap returns the time from a's last run to b's first.
-func handoverGap(t *testing.T, job gocron.JobDefinition) time.Duration {
+// handoverGap returns the time from a's last run to b's first. Each
+// scheduler gets a JobDefinition of its own: gocron's cron definition is
+// not safe to share between schedulers (the race detector sees it).
+func handoverGap(t *testing.T, job func() gocron.JobDefinition) time.Duration {
 	t.Helper()
 	db := memstore.New()
 	runs := make(chan string, 16)
@@ -61,7 +63,7 @@ func handoverGap(t *testing.T, job gocron.JobDefinition) time.Duration {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Shutdown() })
-		if _, err := s.NewJob(job, gocron.NewTask(func() { runs <- name })); err != nil {
+		if _, err := s.NewJob(job(), gocron.NewTask(func() { runs <- name })); err != nil {
 			t.Fatal(err)
 		}
 		return f, s
