@@ -183,7 +183,7 @@ func watchdogCommand(args []string, stderr io.Writer) int {
 				w.stop(monoNow(), causeTerminated)
 			}
 			if reapChildren(w.exited) {
-				w.measure(monoNow()) // run may have killed the tree for a starved watchdog
+				w.checkDeadline(monoNow()) // run may have killed the tree for a starved watchdog
 				break
 			}
 		}
@@ -220,12 +220,9 @@ func (w *watchdog) step() *unix.Timespec {
 		return nil
 	}
 	now := monoNow()
-	w.measure(now)
+	w.checkDeadline(now)
 	if w.cmdDone {
 		w.stop(now, causeExited) // the rest of the tree
-	}
-	if now >= w.deadline {
-		w.stop(w.deadline, causeDeadline)
 	}
 	if w.stopping && now >= w.killAt {
 		w.killing = true
@@ -244,12 +241,16 @@ func (w *watchdog) step() *unix.Timespec {
 	return &ts
 }
 
-// measure checks, at a wake-up at now while the tree is not being
-// stopped, how late the watchdog is after the end of the trust window.
-func (w *watchdog) measure(now int64) {
-	if !w.stopping {
-		w.lateBy("SIGTERM at the end of the trust window", now-w.deadline)
+// checkDeadline stops the tree if now is past the end of the trust window
+// and it is not being stopped yet, after measuring how late the watchdog
+// woke. (A command that exited meanwhile, or that run killed for a
+// starved watchdog, counts as stopped at the deadline.)
+func (w *watchdog) checkDeadline(now int64) {
+	if w.stopping || now < w.deadline {
+		return
 	}
+	w.lateBy("SIGTERM at the end of the trust window", now-w.deadline)
+	w.stop(w.deadline, causeDeadline)
 }
 
 // lateBy logs an error, once, if late is longer than the margin: on a
