@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command worker is one process of the fault-injection suite (package
 // internal/chaos): it opens the store a DSN names, builds a flag and
 // samples Raised() about every millisecond until SIGTERM, writing to
