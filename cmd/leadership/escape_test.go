@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // The tests here run each tree under both ways run kills it (see

@@ -16,7 +16,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the admin connection to the private MariaDB
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // A private server is one this test starts, crashes and restarts itself,

@@ -43,7 +43,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/chaos"
+	"github.com/dbflag/leadership/internal/testkit/chaos"
 	"github.com/dbflag/leadership/internal/storeopen"
 )
 
