@@ -43,8 +43,8 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/testkit/chaos"
 	"github.com/dbflag/leadership/internal/storeopen"
+	"github.com/dbflag/leadership/internal/testkit/chaos"
 )
 
 func main() {
