@@ -11,7 +11,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // BenchmarkBuildFlags builds b.N flags with the default settings (Migrate

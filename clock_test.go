@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 	"github.com/dbflag/leadership/memstore"
 )
 

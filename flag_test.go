@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 	"github.com/dbflag/leadership/memstore"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 	"github.com/dbflag/leadership/memstore"
 )
 

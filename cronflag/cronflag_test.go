@@ -14,7 +14,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/cronflag"
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 	"github.com/dbflag/leadership/memstore"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/healthz"
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 	"github.com/dbflag/leadership/memstore"
 )
 

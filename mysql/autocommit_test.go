@@ -9,7 +9,7 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/mysql"
 )

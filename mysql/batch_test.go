@@ -9,8 +9,8 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/batchtest"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/mysql"
 )
 

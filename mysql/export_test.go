@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
 )
 
 // WatchStatements is the number of statements the store's waiters have

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/mysql"
 	"github.com/dbflag/leadership/storetest"
 )

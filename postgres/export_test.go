@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
 )
 
 // BatchStats reports how many batches and statements the store has sent.

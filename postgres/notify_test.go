@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/postgres"
 )
 

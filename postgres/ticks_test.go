@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dbflag/leadership/internal/testdb"
-	"github.com/dbflag/leadership/internal/tickstest"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
+	"github.com/dbflag/leadership/internal/testkit/tickstest"
 )
 
 // TestHoldersOfOneStoreRenewInFewBatches checks that the holders of the

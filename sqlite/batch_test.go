@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
 	"github.com/dbflag/leadership/sqlite"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
 )
 
 // FakeClock is a clock for tests. Its host and wall clocks follow the

@@ -16,7 +16,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/sqlite"
 )

@@ -3,7 +3,7 @@ package sqlite_test
 import (
 	"testing"
 
-	"github.com/dbflag/leadership/internal/tickstest"
+	"github.com/dbflag/leadership/internal/testkit/tickstest"
 )
 
 // TestHoldersOfOneStoreRenewInFewTransactions checks that the holders of

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
 )
 
 // Timings of the flag tests: short enough to run in seconds, long enough

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -18,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // endsNamingGrant runs run and migrate with dsn, a role or user that

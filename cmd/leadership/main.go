@@ -22,8 +22,6 @@ import (
 	"runtime/debug"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Exit codes. A child's own status passes through `run` unchanged (128+N
@@ -138,9 +136,22 @@ func untilSignal(stderr io.Writer, cmd func(context.Context) int) int {
 		case <-done:
 		case <-time.After(signalGrace):
 		}
-		fmt.Fprintf(stderr, "leadership: stopped by %s\n", unix.SignalName(sig.(syscall.Signal)))
+		fmt.Fprintf(stderr, "leadership: stopped by %s\n", signalName(sig))
 		return 128 + int(sig.(syscall.Signal))
 	}
+}
+
+// signalName names the signals untilSignal heeds as the shell does.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return sig.String()
 }
 
 // version is the module version the binary was built from, or "devel".

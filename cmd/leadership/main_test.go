@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // bin is the leadership binary built once for the end-to-end tests.
@@ -177,9 +179,16 @@ func startRun(t *testing.T, dsn, name, marks string, extra ...string) *runner {
 // startRunScript is startRun with another shell script as the command.
 func startRunScript(t *testing.T, dsn, name, marks, script string, extra ...string) *runner {
 	t.Helper()
+	return startRunVia(t, nil, dsn, name, marks, script, extra...)
+}
+
+// startRunVia is startRunScript with leadership run started through the
+// command via (for example unshare), which must exec it.
+func startRunVia(t *testing.T, via []string, dsn, name, marks, script string, extra ...string) *runner {
+	t.Helper()
 	args := append([]string{"run", "--dsn", dsn, "--name", name, "--lease", "2s", "--grace", "300ms"}, extra...)
-	args = append(args, "--", "sh", "-c", script)
-	r := &runner{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	args = append(append(append(via, bin), args...), "--", "sh", "-c", script)
+	r := &runner{cmd: exec.Command(args[0], args[1:]...), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	r.cmd.Env = append(os.Environ(), "MARKS="+marks)
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {

@@ -1,15 +1,16 @@
+//go:build linux
+
 package main
 
 import (
 	"errors"
 	"fmt"
-	"math"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,9 @@ import (
 // reparented to the nearest of them instead of to init, so every process
 // of the tree stays a descendant of the watchdog (or of run, if the
 // watchdog is gone) until it is reaped, and a scan of /proc finds it even
-// if it left the command's process group or session.
+// if it left the command's process group or session. Where run can create
+// a cgroup, the tree is killed through it instead (cgroup.go); the scan
+// still delivers SIGTERM.
 
 // becomeSubreaper makes this process a child subreaper.
 func becomeSubreaper() error {
@@ -30,153 +33,236 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// monoNow reads CLOCK_MONOTONIC, the clock Go's monotonic readings come
-// from on Linux. It is one clock for every process of the machine (in one
-// time namespace), so an instant read in one process means the same in
-// another.
-func monoNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
-	return ts.Nano()
-}
-
-// monoOf converts t, which must carry a monotonic reading, to CLOCK_MONOTONIC
-// nanoseconds, never later than t. Go's monotonic readings are
-// CLOCK_MONOTONIC less a constant of the process, which monoCalibration
-// measures once.
-func monoOf(t time.Time) int64 {
-	ref, offset := monoCalibration()
-	return offset + int64(t.Sub(ref))
-}
-
-// monoCalibration returns an instant and CLOCK_MONOTONIC at that instant,
-// never later than the truth: of a few clock reads on either side of
-// time.Now, it keeps the pair read closest together, and the read before.
-var monoCalibration = sync.OnceValues(func() (time.Time, int64) {
-	ref := time.Now()
-	offset, spread := int64(0), int64(math.MaxInt64)
-	for range 8 {
-		before := monoNow()
-		now := time.Now()
-		after := monoNow()
-		if after-before < spread {
-			spread, offset = after-before, before-int64(now.Sub(ref))
-		}
+// checkProcNamespace refuses a /proc that shows another PID namespace than
+// this process's (unshare --pid without a new /proc): the scan would walk
+// another namespace's processes from a pid that means something else
+// there.
+func checkProcNamespace() error {
+	self, err := os.Readlink("/proc/self")
+	if err == nil && self == strconv.Itoa(os.Getpid()) {
+		return nil
 	}
-	return ref, offset
-})
+	if err != nil {
+		self = err.Error()
+	}
+	return fmt.Errorf("/proc belongs to another PID namespace (/proc/self is %s, this process is %d): "+
+		"mount a /proc for this namespace (unshare --pid --fork --mount-proc, or mount -t proc proc /proc in its mount namespace)", self, os.Getpid())
+}
 
 // proc is one process below this one.
 type proc struct {
 	pid, ppid, pgrp int
-	zombie          bool
+	alive           bool // some thread has not exited: not a zombie, or a zombie leader whose other threads run
 }
 
-// readStat reads pid's state, parent and process group from /proc.
+// readStat reads pid's parent, process group and state from /proc.
 func readStat(pid int) (proc, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	dir := "/proc/" + strconv.Itoa(pid)
+	data, err := os.ReadFile(dir + "/stat")
 	if err != nil {
 		return proc{}, err
 	}
 	s := string(data)
 	i := strings.LastIndexByte(s, ')') // the command name may hold anything
-	if i < 0 {
-		return proc{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(s[i+1:]) // state ppid pgrp ...
-	if len(f) < 3 {
-		return proc{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	f := strings.Fields(s[i+1:])       // state ppid pgrp ...
+	if i < 0 || len(f) < 3 {
+		return proc{}, fmt.Errorf("%s/stat: malformed", dir)
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgrp, err2 := strconv.Atoi(f[2])
 	if err1 != nil || err2 != nil {
-		return proc{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
+		return proc{}, fmt.Errorf("%s/stat: malformed", dir)
 	}
-	return proc{pid: pid, ppid: ppid, pgrp: pgrp, zombie: f[0] == "Z" || f[0] == "X"}, nil
+	p := proc{pid: pid, ppid: ppid, pgrp: pgrp, alive: f[0] != "Z" && f[0] != "X"}
+	if f[0] == "Z" {
+		// A main thread that called SYS_exit or pthread_exit leaves the
+		// process a zombie in stat while its other threads run: it is
+		// alive while status counts more threads than the dead leader.
+		status, _ := os.ReadFile(dir + "/status")
+		_, threads, _ := strings.Cut(string(status), "\nThreads:")
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(threads, "\n", 2)[0]))
+		p.alive = n > 1
+	}
+	return p, nil
 }
 
-// descendants lists the processes below this one. A process that forks
-// while the scan runs may be missed; callers that must catch every one
-// signal, then scan again until none is left.
-func descendants() ([]proc, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
+// sweep finds, once, each process whose parent is in tree and which is
+// not, and calls found for it after adding it to tree, so its children
+// are found in the same sweep. It reports whether another sweep may find
+// more: it found some, or a child it listed was gone before it could be
+// pinned (a fork relay moves on). Each process is pinned with a pidfd and
+// its parent checked again before found gets it, so a pid reused after
+// the read is never signalled: fd is the pidfd, which found must close
+// (-1 before Linux 5.3, where signals go by pid).
+//
+// It reads the children of each process of tree, and of each it finds,
+// from /proc/PID/task/TID/children: a child is signalled microseconds
+// after it was listed, which gives a fork relay (a process that forks the
+// next and exits at once, whose orphans the subreaper inherits) little
+// room. Without those files (a kernel built without CONFIG_PROC_CHILDREN)
+// it reads every process of /proc, in pid order.
+func sweep(tree map[int]bool, found func(p proc, fd int)) (more bool, err error) {
+	s := &sweeper{tree: tree, found: found}
+	if childrenFiles() {
+		s.walk()
+	} else {
+		err = s.all()
 	}
-	children := map[int][]proc{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		p, err := readStat(pid)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		children[p.ppid] = append(children[p.ppid], p)
-	}
-	var out []proc
-	queue := []int{os.Getpid()}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			out = append(out, c)
-			queue = append(queue, c.pid)
-		}
-	}
-	return out, nil
+	return s.more, err
 }
 
-// signalDescendants sends sig to every running process below this one,
-// except skip (0 for none; its own descendants are signalled) and except
-// the members of process group skipGroup (0 for none), which the caller
-// signals as a group. It returns how many running processes it found
-// besides skip.
-func signalDescendants(sig syscall.Signal, skip, skipGroup int) int {
-	procs, err := descendants()
-	if err != nil {
-		return 1 // cannot tell: the caller tries again
-	}
-	tree := map[int]bool{os.Getpid(): true}
-	for _, p := range procs {
-		tree[p.pid] = true
-	}
-	running := 0
-	for _, p := range procs {
-		if p.zombie {
-			continue
-		}
-		if p.pid == skip {
-			continue
-		}
-		running++
-		if skipGroup != 0 && p.pgrp == skipGroup {
-			continue
-		}
-		signalIfOurs(p.pid, sig, tree)
-	}
-	return running
+// sweeper is one sweep.
+type sweeper struct {
+	tree  map[int]bool
+	found func(p proc, fd int)
+	more  bool
 }
 
-// signalIfOurs sends sig to pid if it is still a process of tree. A pid
-// that exited after the scan may be reused by an unrelated process, so the
-// process is pinned with a pidfd first and its parent checked again; a
-// signal through the pidfd can only reach the pinned process.
-func signalIfOurs(pid int, sig syscall.Signal, tree map[int]bool) {
+// visit pins and hands over pid if its parent is in the tree; listed says
+// a children file named it.
+func (s *sweeper) visit(pid int, listed bool) bool {
+	if s.tree[pid] {
+		return false
+	}
+	s.more = s.more || listed
+	if p, err := readStat(pid); err != nil || !s.tree[p.ppid] {
+		return false
+	}
+	s.more = true
 	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ENOSYS) { // Linux before 5.3: a plain kill
+	if errors.Is(err, unix.ENOSYS) {
+		fd = -1
+	} else if err != nil {
+		return false // exited
+	}
+	p, err := readStat(pid)
+	if err != nil || !s.tree[p.ppid] {
+		closeFD(fd)
+		return false
+	}
+	s.tree[pid] = true
+	s.found(p, fd)
+	return true
+}
+
+// walk visits the children of every process of the tree, and of every
+// process it adds.
+func (s *sweeper) walk() {
+	queue := make([]int, 0, len(s.tree))
+	for pid := range s.tree {
+		queue = append(queue, pid)
+	}
+	for len(queue) > 0 {
+		dir := "/proc/" + strconv.Itoa(queue[0]) + "/task/"
+		queue = queue[1:]
+		tasks, _ := os.ReadDir(dir) // none once the process is gone
+		for _, task := range tasks {
+			data, _ := os.ReadFile(dir + task.Name() + "/children")
+			for f := range strings.FieldsSeq(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && s.visit(pid, true) {
+					queue = append(queue, pid)
+				}
+			}
+		}
+	}
+}
+
+// childrenFiles reports whether the kernel has /proc/PID/task/TID/children
+// (CONFIG_PROC_CHILDREN).
+var childrenFiles = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/thread-self/children")
+	return err == nil
+})
+
+// all visits every process of /proc, in pid order, reading the list as it
+// goes: a child listed before its parent is found by the next sweep.
+func (s *sweeper) all() error {
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	for {
+		names, err := dir.Readdirnames(64)
+		for _, name := range names {
+			if pid, err := strconv.Atoi(name); err == nil {
+				s.visit(pid, false)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// send sends sig to the process pinned by fd (by pid if fd is -1).
+func send(fd, pid int, sig syscall.Signal) {
+	if fd < 0 {
 		_ = syscall.Kill(pid, sig)
 		return
 	}
-	if err != nil {
-		return // exited
-	}
-	defer unix.Close(fd)
-	if p, err := readStat(pid); err != nil || !tree[p.ppid] {
-		return
-	}
 	_ = unix.PidfdSendSignal(fd, sig, nil, 0)
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// signalDescendants sends sig to every process below this one except the
+// members of process group skipGroup (0 for none), which the caller
+// signals as a group, in one sweep of /proc: a process listed before its
+// parent, or forked after the sweep passed, is missed. (Sweeping until
+// nothing new appears would never end while a fork relay runs.)
+func signalDescendants(sig syscall.Signal, skipGroup int) {
+	_, _ = sweep(map[int]bool{os.Getpid(): true}, func(p proc, fd int) {
+		if skipGroup == 0 || p.pgrp != skipGroup {
+			send(fd, p.pid, sig)
+		}
+		closeFD(fd)
+	})
+}
+
+// killDescendants kills every process below this one except skip (0 for
+// none; its descendants are killed). It stops each process with SIGSTOP as
+// a sweep finds it, so that the process can no longer fork, exit or be
+// reaped, sweeps again until a sweep finds no process it has not stopped
+// (and missed none), then sends SIGKILL to all of them. It returns how many were alive
+// (zombies whose threads have all exited do not count, a zombie leader
+// with live threads does); callers repeat it until none is. A process that
+// forks a child and exits faster than a sweep reaches the child (a fork
+// relay) can escape a call; the next call tries again.
+func killDescendants(skip int) (alive int) {
+	type pinned struct{ pid, fd int }
+	var stopped []pinned
+	tree := map[int]bool{os.Getpid(): true}
+	for more := true; more; {
+		var err error
+		more, err = sweep(tree, func(p proc, fd int) {
+			if p.pid == skip {
+				closeFD(fd)
+				return
+			}
+			send(fd, p.pid, syscall.SIGSTOP)
+			stopped = append(stopped, pinned{p.pid, fd})
+			if p.alive {
+				alive++
+			}
+		})
+		if err != nil {
+			alive++ // cannot tell: the caller tries again
+			break
+		}
+	}
+	for _, s := range stopped {
+		send(s.fd, s.pid, syscall.SIGKILL)
+		closeFD(s.fd)
+	}
+	return alive
 }
 
 // reapChildren collects every child that has exited, without blocking,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -7,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // TestQuarantine: `leadership quarantine` holds every flag, so `run` does

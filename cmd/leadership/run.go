@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -50,14 +52,22 @@ leaving processes behind, every process of the tree gets SIGTERM, then
 SIGKILL after --grace; the watchdog does it on its own clock at the end of
 the trust window, so all of it happens before the lease can expire in the
 database and no other host starts the command while this one still runs it.
-Signals sent to run are forwarded to the command's process group; before the
-command starts (connecting, waiting) they end run with 128+N.
+Where run can create a cgroup v2 (as root, or in a delegated cgroup), the
+command runs in one of its own and SIGKILL goes through cgroup.kill, which
+reaches every process of it at once; elsewhere through sweeps of /proc,
+which stop what they find before killing it, but which a process forking
+and exiting faster than a sweep (a fork relay) can outrun for a while. run
+logs which at start. Signals sent to run are forwarded to the command's
+process group; before the command starts (connecting, waiting) they end run
+with 128+N.
 
 Not covered: run and its watchdog both killed or both stopped (if the
 watchdog and the command are resumed together after the deadline, the
-command may run a few milliseconds before the watchdog kills it); processes
-started outside the tree (systemd-run, at, ssh); processes in uninterruptible
-sleep, which die when their I/O returns. Linux only.
+command may run a few milliseconds before the watchdog kills it); a
+watchdog starved for longer than a tenth of the lease past its deadline
+(it logs an error then, and run exits non-zero); processes started outside
+the tree (systemd-run, at, ssh); processes in uninterruptible sleep, which
+die when their I/O returns. Linux only; details in docs/cli.md.
 `
 
 // runOptions are the flags of `leadership run`.
@@ -67,7 +77,8 @@ type runOptions struct {
 	lease, grace, wait, hold   time.Duration
 	skipIfHeld, restart        bool
 
-	chld chan os.Signal // SIGCHLD, to reap the watchdog and what it leaves
+	cgroup string         // the cgroup below which each command gets its own, "" for none
+	chld   chan os.Signal // SIGCHLD, to reap the watchdog and what it leaves
 }
 
 // runCommand runs `leadership run`; the command writes to this process's
@@ -146,6 +157,16 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 	if err := becomeSubreaper(); err != nil {
 		return report(stderr, err, exitFailure)
 	}
+	if err := checkProcNamespace(); err != nil {
+		return report(stderr, err, exitFailure)
+	}
+	cgroup, err := cgroupParent()
+	if err == nil {
+		o.cgroup = cgroup
+		log.Info("the command's process tree runs in a cgroup of its own, killed with cgroup.kill", "below", cgroup)
+	} else {
+		log.Info("the command's process tree is found by sweeps of /proc: no cgroup v2 to create (run as root, or in a delegated cgroup, for cgroup.kill)", "why", err.Error())
+	}
 
 	reg := prometheus.NewRegistry()
 	if o.metricsAddr != "" {
@@ -176,7 +197,7 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		}
 		// The watchdog starts before the wait, to be ready when this
 		// process leads: starting a process takes time.
-		w, err := startWatchdog(o.grace, child, o.commandEnv("LEADERSHIP_NAME="+o.name, "LEADERSHIP_HOLDER="+f.Process()))
+		w, err := o.startWatchdog(child, o.commandEnv("LEADERSHIP_NAME="+o.name, "LEADERSHIP_HOLDER="+f.Process()))
 		if err != nil {
 			log.Error("cannot start the watchdog process", "error", err)
 			return exitFailure
@@ -401,7 +422,10 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 				return status, notStarted
 			case verb == "done":
 				log.Debug("watchdog reported", "report", r)
-				status, cause := parseDone(arg)
+				status, cause, late := parseDone(arg)
+				if late && status == 0 {
+					status = exitFailure // the watchdog logged why
+				}
 				if cause == causeExited {
 					log.Info("command exited", "status", status)
 					return status, exited
@@ -449,14 +473,15 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 	}
 }
 
-// parseDone parses the arguments of the watchdog's "done STATUS CAUSE".
-func parseDone(arg string) (status int, cause string) {
-	code, cause, _ := strings.Cut(arg, " ")
-	status, err := strconv.Atoi(code)
+// parseDone parses the arguments of the watchdog's "done STATUS CAUSE [late]".
+func parseDone(arg string) (status int, cause string, late bool) {
+	f := strings.Fields(arg)
+	f = append(f, "", "", "")
+	status, err := strconv.Atoi(f[0])
 	if err != nil {
 		status = -1
 	}
-	return status, cause
+	return status, f[1], f[2] == "late"
 }
 
 // serveMetrics serves reg on addr until the returned function is called.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -9,7 +11,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // secretPW is the password of the DSNs whose output is checked.

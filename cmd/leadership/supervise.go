@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 // watchdogProc is run's side of one watchdog process (see watchdogName).
 type watchdogProc struct {
 	pid     int
+	cgroup  string        // the command's cgroup, "" for none
 	reports <-chan string // the watchdog's reports; closed when it exits
 
 	control *os.File
@@ -26,8 +29,9 @@ type watchdogProc struct {
 // "ready", then waits for the start message. The watchdog
 // runs in a process group of its own, so signals for run's group (a
 // terminal's ^C, or kill of the group) do not reach it; it has no
-// death signal, so it outlives run to stop the command.
-func startWatchdog(grace time.Duration, child, env []string) (*watchdogProc, error) {
+// death signal, so it outlives run to stop the command. With a cgroup
+// parent (o.cgroup), the command runs in a cgroup of its own below it.
+func (o *runOptions) startWatchdog(child, env []string) (*watchdogProc, error) {
 	controlR, controlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -38,7 +42,11 @@ func startWatchdog(grace time.Duration, child, env []string) (*watchdogProc, err
 		controlW.Close()
 		return nil, err
 	}
-	argv := append([]string{"leadership", watchdogName, "--grace", grace.String(), "--"}, child...)
+	argv := []string{"leadership", watchdogName, "--grace", o.grace.String(), "--margin", (o.lease / 10).String(), "--log-format", o.logFormat}
+	if o.cgroup != "" {
+		argv = append(argv, "--cgroup", o.cgroup)
+	}
+	argv = append(append(argv, "--"), child...)
 	// /proc/self/exe is this very binary even if the file was replaced or
 	// removed since it started.
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
@@ -63,6 +71,9 @@ func startWatchdog(grace time.Duration, child, env []string) (*watchdogProc, err
 		close(reports)
 	}()
 	w := &watchdogProc{pid: pid, reports: reports, control: controlW, kick: make(chan struct{}, 1)}
+	if o.cgroup != "" {
+		w.cgroup = cgroupOf(o.cgroup, pid)
+	}
 	go w.write()
 	return w, nil
 }
@@ -126,17 +137,27 @@ func (w *watchdogProc) collect() {
 // time (it is stopped, or starved): its dead children stay zombies, which
 // do not run.
 func (w *watchdogProc) killBelow() {
-	for signalDescendants(syscall.SIGKILL, w.pid, 0) > 0 {
+	for w.kill(w.pid) {
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// kill sends SIGKILL to every process of the command's tree: through its
+// cgroup if it has one, then to every process below run but skip, and
+// reports whether any may still run.
+func (w *watchdogProc) kill(skip int) bool {
+	populated := w.cgroup != "" && killCgroup(w.cgroup)
+	return killDescendants(skip) > 0 || populated
 }
 
 // killTree kills the watchdog and every process below run, and reaps them
 // all: the processes the dead watchdog leaves are reparented to run, a
 // subreaper too.
 func (w *watchdogProc) killTree(chld <-chan os.Signal) {
+	_ = syscall.Kill(w.pid, syscall.SIGKILL) // a child of run: its pid is not reused before the loop reaps it
+	defer os.Remove(w.cgroup)
 	for {
-		signalDescendants(syscall.SIGKILL, 0, 0)
+		w.kill(0)
 		if reapChildren(nil) {
 			return
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -109,7 +111,9 @@ func (p treeProc) running() bool {
 // an eviction, after the database is lost, after SIGKILL of `leadership
 // run`, and after SIGSTOP of `leadership run` alone for longer than the
 // lease. If run's watchdog process is killed, or stopped while leadership
-// is lost, run itself kills the tree before anyone else can start.
+// is lost, run itself kills the tree before anyone else can start. Each
+// case runs with the tree in a cgroup of its own; on SQLite, also with the
+// sweeps of /proc alone (see mechanism).
 func TestRunStopsTheWholeProcessTree(t *testing.T) {
 	for _, fault := range []string{"evicted", "database-lost", "run-killed", "run-stopped", "watchdog-killed", "watchdog-stopped-and-evicted"} {
 		for db, dsnOf := range databases() {
@@ -119,27 +123,35 @@ func TestRunStopsTheWholeProcessTree(t *testing.T) {
 			if strings.HasPrefix(fault, "watchdog-") && db != "sqlite" {
 				continue // run's own fallback does not depend on the database
 			}
-			t.Run(fault+"/"+db, func(t *testing.T) {
-				t.Parallel()
-				dsn, name := dsnOf(t), uniqueName(t)
-				dsnA := dsn
-				var cut func()
-				if fault == "database-lost" {
-					dsnA, cut = proxied(t, dsn)
+			for _, mech := range []string{"cgroup", "scan"} {
+				if mech == "scan" && db != "sqlite" {
+					continue // the database does not change how the tree is killed
 				}
-				testTreeStops(t, fault, dsn, dsnA, name, cut)
-			})
+				t.Run(fault+"/"+db+"/"+mech, func(t *testing.T) {
+					t.Parallel()
+					dsn, name := dsnOf(t), uniqueName(t)
+					dsnA := dsn
+					var cut func()
+					if fault == "database-lost" {
+						dsnA, cut = proxied(t, dsn)
+					}
+					testTreeStops(t, fault, mech, dsn, dsnA, name, cut)
+				})
+			}
 		}
 	}
 }
 
 // testTreeStops runs the tree on host A (through dsnA) and a waiting host
-// B (through dsn), applies fault to A, and checks that no process of A's
-// tree runs when B's command starts. cut black-holes dsnA.
-func testTreeStops(t *testing.T, fault, dsn, dsnA, name string, cut func()) {
+// B (through dsn), both killing trees by mechanism mech, applies fault to
+// A, and checks that no process of A's tree runs when B's command starts.
+// cut black-holes dsnA.
+func testTreeStops(t *testing.T, fault, mech, dsn, dsnA, name string, cut func()) {
 	marks := filepath.Join(t.TempDir(), "marks")
 	script, pidsFile := treeScript(t)
-	a := startHost(t, dsnA, name, marks, script, "its tree starts", func(*runner) bool { return len(readTree(t, pidsFile)) == 5 })
+	w := via(t, mech)
+	a := startHost(t, w, dsnA, name, marks, script, "its tree starts", func(*runner) bool { return len(readTree(t, pidsFile)) == 5 })
+	checkMechanism(t, a, mech)
 	// Registered after the runners, so it runs before their cleanups wait
 	// for them (and their stderr, which the tree shares): a tree left
 	// behind is killed.
@@ -151,7 +163,7 @@ func testTreeStops(t *testing.T, fault, dsn, dsnA, name string, cut func()) {
 		}
 	})
 	tree := readTree(t, pidsFile)
-	b := startHost(t, dsn, name, marks, script, "it waits", func(b *runner) bool { return strings.Contains(b.stderr.String(), "waiting for leadership") })
+	b := startHost(t, w, dsn, name, marks, script, "it waits", func(b *runner) bool { return strings.Contains(b.stderr.String(), "waiting for leadership") })
 	if s := starts(readMarks(t, marks)); len(s) != 1 {
 		t.Fatalf("%d commands started, want 1: %+v", len(s), s)
 	}
@@ -234,10 +246,10 @@ func testTreeStops(t *testing.T, fault, dsn, dsnA, name string, cut func()) {
 // at the database can exceed its timeout (a fifth of the 2 s lease), and
 // then `leadership run` exits 69 at start, as documented: such a host is
 // started again, as a service manager would, up to five times.
-func startHost(t *testing.T, dsn, name, marks, script, what string, ready func(*runner) bool) *runner {
+func startHost(t *testing.T, via []string, dsn, name, marks, script, what string, ready func(*runner) bool) *runner {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		r := startRunScript(t, dsn, name, marks, script, "--log-level", "debug")
+		r := startRunVia(t, via, dsn, name, marks, script, "--log-level", "debug")
 		deadline := time.Now().Add(15 * time.Second)
 		for !ready(r) {
 			select {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -6,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,7 +22,8 @@ import (
 )
 
 // watchdogName is the hidden subcommand `leadership run` starts for each
-// term: `leadership __watchdog --grace D -- COMMAND...`.
+// term: `leadership __watchdog --grace D --margin D [--cgroup DIR]
+// [--log-format F] -- COMMAND...`.
 //
 // The watchdog is the parent of the command, which leads a process group
 // of its own, and a child subreaper, so the whole tree of the command stays
@@ -29,11 +33,20 @@ import (
 // without an extension, when run asks it to stop, or when its control pipe
 // closes (run exited or died), it sends SIGTERM (then SIGCONT) to the
 // command's group and to every other process of the tree, and SIGKILL to
-// all of them --grace after the earlier of that instant and the deadline.
+// all of them --grace after the earlier of that instant and the deadline:
+// through the cgroup the command runs in (--cgroup, see cgroup.go), else
+// by sweeps of /proc (killDescendants).
 // Before it judges the deadline it reads every message already in the
 // pipe, so an extension run wrote before the deadline is never missed.
 // When the command exits by itself the rest of its tree is stopped the
 // same way. It reports to run once the tree is gone, and exits.
+//
+// It measures how late it acts at each of its deadlines: how late it woke
+// after the end of the trust window, and how long after the SIGKILL was
+// due no process of the tree was left. Later than --margin (the tenth of
+// the lease between the SIGKILL and the earliest expiry of the lease), the
+// command may have run after another host could start it: it logs an
+// error and tells run, which exits non-zero.
 //
 // Protocol, one line per message. Run to watchdog, on fd 3:
 //
@@ -49,9 +62,10 @@ import (
 //	started PID    the command runs, as PID (its process group too)
 //	failed CODE TEXT  the command could not start; CODE is 126 or 127
 //	late           the deadline in start had passed: nothing was started
-//	done STATUS CAUSE  the tree is gone; STATUS is the command's status
-//	               (128+N for signal N), CAUSE exited, stopped, deadline,
-//	               supervisor-gone or terminated
+//	done STATUS CAUSE [late]  the tree is gone; STATUS is the command's
+//	               status (128+N for signal N), CAUSE exited, stopped,
+//	               deadline, supervisor-gone or terminated; late: the
+//	               watchdog was later than --margin after a deadline
 const watchdogName = "__watchdog"
 
 // Causes of a stop, as reported in "done".
@@ -72,6 +86,9 @@ const (
 // watchdog is the state of `leadership __watchdog`.
 type watchdog struct {
 	grace    int64 // nanoseconds between SIGTERM and SIGKILL
+	margin   int64 // nanoseconds the watchdog may be late at a deadline
+	cgroup   string
+	log      *slog.Logger
 	argv     []string
 	deadline int64 // end of the trust window, CLOCK_MONOTONIC nanoseconds
 
@@ -87,6 +104,7 @@ type watchdog struct {
 	cause    string
 	killAt   int64 // CLOCK_MONOTONIC nanoseconds
 	killing  bool
+	late     bool // acted later than margin after a deadline
 }
 
 // watchdogCommand runs `leadership __watchdog`.
@@ -94,8 +112,14 @@ func watchdogCommand(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(watchdogName, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 0, "")
+	margin := fs.Duration("margin", 0, "")
+	cgroup := fs.String("cgroup", "", "")
+	logs := common{logLevel: "info"}
+	fs.StringVar(&logs.logFormat, "log-format", "text", "")
 	var st unix.Stat_t
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 || *grace < 0 ||
+	err := fs.Parse(args)
+	log, lerr := logs.logger(stderr)
+	if err != nil || lerr != nil || fs.NArg() == 0 || *grace < 0 ||
 		unix.Fstat(controlFD, &st) != nil || unix.Fstat(reportsFD, &st) != nil {
 		fmt.Fprintln(stderr, "leadership: "+watchdogName+" is internal to leadership run; do not call it")
 		return exitUsage
@@ -137,7 +161,11 @@ func watchdogCommand(args []string, stderr io.Writer) int {
 		}
 	}()
 
-	w := &watchdog{grace: int64(*grace), argv: fs.Args()}
+	w := &watchdog{grace: int64(*grace), margin: int64(*margin), log: log, argv: fs.Args()}
+	if *cgroup != "" {
+		w.cgroup = cgroupOf(*cgroup, os.Getpid())
+		defer os.Remove(w.cgroup) // empty once the tree is gone
+	}
 	if err := becomeSubreaper(); err != nil {
 		w.report("failed %d %v", exitFailure, err)
 		return exitFailure
@@ -155,6 +183,7 @@ func watchdogCommand(args []string, stderr io.Writer) int {
 				w.stop(monoNow(), causeTerminated)
 			}
 			if reapChildren(w.exited) {
+				w.checkDeadline(monoNow()) // run may have killed the tree for a starved watchdog
 				break
 			}
 		}
@@ -173,7 +202,14 @@ func watchdogCommand(args []string, stderr io.Writer) int {
 	if w.cause == "" { // nothing stopped it: the command exited, and it was the whole tree
 		w.cause = causeExited
 	}
-	w.report("done %d %s", w.status, w.cause)
+	if w.killing {
+		w.lateBy("the tree gone after SIGKILL", monoNow()-w.killAt)
+	}
+	late := ""
+	if w.late {
+		late = " late"
+	}
+	w.report("done %d %s%s", w.status, w.cause, late)
 	return exitOK
 }
 
@@ -184,11 +220,9 @@ func (w *watchdog) step() *unix.Timespec {
 		return nil
 	}
 	now := monoNow()
+	w.checkDeadline(now)
 	if w.cmdDone {
 		w.stop(now, causeExited) // the rest of the tree
-	}
-	if now >= w.deadline {
-		w.stop(w.deadline, causeDeadline)
 	}
 	if w.stopping && now >= w.killAt {
 		w.killing = true
@@ -205,6 +239,31 @@ func (w *watchdog) step() *unix.Timespec {
 	}
 	ts := unix.NsecToTimespec(max(wake-now, 0))
 	return &ts
+}
+
+// checkDeadline stops the tree if now is past the end of the trust window
+// and it is not being stopped yet, after measuring how late the watchdog
+// woke. (A command that exited meanwhile, or that run killed for a
+// starved watchdog, counts as stopped at the deadline.)
+func (w *watchdog) checkDeadline(now int64) {
+	if w.stopping || now < w.deadline {
+		return
+	}
+	w.lateBy("SIGTERM at the end of the trust window", now-w.deadline)
+	w.stop(w.deadline, causeDeadline)
+}
+
+// lateBy logs an error, once, if late is longer than the margin: on a
+// starved machine (a CPU-throttled cgroup, a swap storm), or with a tree
+// that takes long to die, the command may have run after the lease could
+// expire.
+func (w *watchdog) lateBy(what string, late int64) {
+	if w.late || late <= w.margin {
+		return
+	}
+	w.late = true
+	w.log.Error("the command's tree may have run after the lease could expire: the watchdog was later than the safety margin",
+		"at", what, "late", time.Duration(late).Round(time.Millisecond), "margin", time.Duration(w.margin))
 }
 
 // readControl applies every message already in the control pipe.
@@ -247,13 +306,18 @@ func (w *watchdog) start(argv, env []string) (int, error) {
 		}
 		return 126, err
 	}
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   env,
-		Files: []uintptr{0, 1, 2},
-		// Pdeathsig: if the watchdog dies, the command dies with it; run,
-		// the next subreaper up, kills the rest of the tree.
-		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
-	})
+	// Pdeathsig: if the watchdog dies, the command dies with it; run,
+	// the next subreaper up, kills the rest of the tree.
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if w.cgroup != "" {
+		fd, err := cgroupFD(w.cgroup)
+		if err != nil {
+			return 126, err
+		}
+		defer unix.Close(fd)
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys})
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
 			return 127, fmt.Errorf("%s: %w", argv[0], err)
@@ -339,14 +403,22 @@ func (w *watchdog) stop(from int64, cause string) {
 
 // signal sends sig to the command's process group while its leader is
 // unreaped (until then the group id cannot be reused), and to every other
-// running process of the tree.
+// process of the tree: SIGKILL through the cgroup if there is one, then by
+// sweeps of /proc, for what cgroup.kill misses (see cgroup.go).
 func (w *watchdog) signal(sig syscall.Signal) {
 	group := 0
 	if !w.cmdDone {
 		group = w.cmd
 		_ = syscall.Kill(-group, sig)
 	}
-	signalDescendants(sig, 0, group)
+	if sig != syscall.SIGKILL {
+		signalDescendants(sig, group)
+		return
+	}
+	if w.cgroup != "" {
+		killCgroup(w.cgroup)
+	}
+	killDescendants(0)
 }
 
 // report writes one line to run; run may be gone, so errors are ignored.

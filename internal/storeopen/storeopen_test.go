@@ -14,7 +14,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 func TestMySQLNative(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // Timings of the end-to-end test. The bounds asserted on them are

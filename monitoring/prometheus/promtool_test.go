@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/faultstore"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/faultstore"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/memstore"
 )
 

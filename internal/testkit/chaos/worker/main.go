@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command worker is one process of the fault-injection suite (package
 // internal/chaos): it opens the store a DSN names, builds a flag and
 // samples Raised() about every millisecond until SIGTERM, writing to
@@ -41,8 +43,8 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
-	"github.com/dbflag/leadership/internal/chaos"
 	"github.com/dbflag/leadership/internal/storeopen"
+	"github.com/dbflag/leadership/internal/testkit/chaos"
 )
 
 func main() {

@@ -136,7 +136,7 @@ func (m *MariaDB) NewDatabase(t testing.TB, prefix string) string {
 // when the test ends, and returns the credentials to run the server with:
 // that user when the test runs as root (servers refuse to run as root),
 // else none.
-func ServerDir(t testing.TB, osUser string) (string, *syscall.Credential) {
+func ServerDir(t testing.TB, osUser string) (string, *Credential) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "leadership-"+osUser+"-")
 	if err != nil {
@@ -155,17 +155,15 @@ func ServerDir(t testing.TB, osUser string) (string, *syscall.Credential) {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return dir, credential(uid, gid)
 }
 
 // Command is a command run with the credentials cred (nil: the test's own),
 // in the temporary directory.
-func Command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
+func Command(cred *Credential, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = os.TempDir()
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	}
+	setCredential(cmd, cred)
 	return cmd
 }
 

@@ -1,3 +1,5 @@
+//go:build unix
+
 package chaos
 
 import (
@@ -6,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // database is a networked database the scenarios run on.

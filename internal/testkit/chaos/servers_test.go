@@ -1,3 +1,5 @@
+//go:build unix
+
 package chaos
 
 import (
@@ -14,7 +16,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the admin connection to the private MariaDB
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // A private server is one this test starts, crashes and restarts itself,

@@ -1,3 +1,5 @@
+//go:build unix
+
 package chaos
 
 import (
@@ -7,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // skew is how far ahead the clocks of a skewed worker run: ten days.

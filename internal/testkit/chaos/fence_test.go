@@ -1,3 +1,5 @@
+//go:build unix
+
 package chaos
 
 import (
@@ -16,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership/internal/storeopen"
-	"github.com/dbflag/leadership/internal/testdb"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
 // TestChaosFence runs leaders that write rows (token, seq) in a loop, on
