@@ -20,7 +20,8 @@ import (
 // and goroutines each live flag holds. The long lease keeps the renewals of
 // the flags already built (10,000 flags at the default 15 s lease renew
 // 2,000 times a second) from competing with Build for the store's
-// connections. The README's "Deployment" figures come from
+// connections. The figures of docs/performance.md ("Many flags in one
+// process") come from
 //
 //	go test -run '^$' -bench BuildFlags -benchtime 10000x .
 func BenchmarkBuildFlags(b *testing.B) {

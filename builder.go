@@ -129,7 +129,7 @@ func (b *FlagBuilder) MetricsRegisterer(r prometheus.Registerer) *FlagBuilder {
 
 // Migrate sets whether Build applies the store's schema migrations
 // (idempotent). Optional; default true. Turn it off when migrations are run
-// by a deployment step; see the README.
+// by a deployment step (docs/operations.md in the repository).
 func (b *FlagBuilder) Migrate(apply bool) *FlagBuilder { b.c.migrate = apply; return b }
 
 // Precheck sets a hook called before every attempt, with a context bounded
@@ -324,7 +324,10 @@ var defaultProcess = sync.OnceValue(func() string {
 // first attempt to acquire the flag and starts the background loop. It
 // returns an error naming the field for bad settings, and the database
 // error if the migrations or the first attempt fail; then nothing keeps
-// running. The returned flag must be closed with [Flag.Close].
+// running. ctx bounds the migrations and the first attempt only: the flag
+// runs until [Flag.Close], whatever becomes of ctx, so that a service can
+// stop its scheduler first, then close the flag, then its pool. The
+// returned flag must be closed with [Flag.Close].
 func (b *FlagBuilder) Build(ctx context.Context) (*Flag, error) {
 	c, err := b.config()
 	if err != nil {

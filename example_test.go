@@ -6,7 +6,6 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,10 +18,10 @@ import (
 // Every process that opens the same database file competes for the flag.
 func Example() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "example")
-	defer os.RemoveAll(dir)
+	defer enterTempDir()() // flags.db goes in a directory of its own
+	runNightlyReport := func() { fmt.Println("leader: running the nightly report") }
 
-	db, err := sqlite.Open(filepath.Join(dir, "flags.db"))
+	db, err := sqlite.Open("flags.db") // github.com/dbflag/leadership/sqlite
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,25 +30,36 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-
-	flag, err := leadership.NewFlag().
-		Store(store).
-		Name("nightly-report").
-		Process("host-a").
-		Lease(15 * time.Second).
-		Build(ctx)
+	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer flag.Close() // lowers and releases, so another process takes over at once
+	defer flag.Close() // lowers, then releases: a follower takes over at once
 
-	if flag.Raised() {
-		fmt.Println("leader: running the nightly report")
+	if flag.Raised() { // one clock read: ask before each piece of work
+		runNightlyReport()
 	}
-	fmt.Println("holder:", flag.Holder())
-	// Output:
-	// leader: running the nightly report
-	// holder: host-a
+	// Output: leader: running the nightly report
+}
+
+// enterTempDir makes a new temporary directory the working directory, and
+// returns what undoes it. Examples run one at a time, after the tests.
+func enterTempDir() (leave func()) {
+	wd, err := os.Getwd()
+	if err != nil {
+		log.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		log.Fatal(err)
+	}
+	return func() {
+		_ = os.Chdir(wd)
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // Every option, with its default in the comment.

@@ -48,6 +48,7 @@ type options struct {
 	scaleOnly     bool
 	loadOnly      bool
 	gracefulOnly  bool
+	takeoversOnly bool
 	benchtime     string
 }
 
@@ -79,6 +80,7 @@ func main() {
 	flag.BoolVar(&o.loadOnly, "load-only", false, "run only the database load figure and print its rows and the ratios to the peer (writes no report)")
 	flag.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "measurement window of a scale step")
 	flag.BoolVar(&o.gracefulOnly, "graceful-only", false, "run only our graceful handover on the first database of -dbs reached (-rounds handovers) and print its figures and the holder's Close times (writes no report)")
+	flag.BoolVar(&o.takeoversOnly, "takeovers-only", false, "run only figures 1 and 2 (crash failover, graceful handover), print their samples and write their plots next to -svg (writes no report)")
 	flag.StringVar(&o.benchtime, "benchtime", "1s", "benchtime of the Raised() benchmarks")
 	testing.Init() // the -test.* flags the Raised() benchmarks set
 	flag.Parse()
@@ -197,6 +199,9 @@ func run(o options) error {
 		}
 		return gracefulOnly(targets[0], runID, o)
 	}
+	if o.takeoversOnly {
+		return takeoversOnly(r, targets, runID, o)
+	}
 
 	// (4) Raised() cost, first: nothing else runs on the machine meanwhile.
 	logf("Raised() benchmarks")
@@ -215,31 +220,10 @@ func run(o options) error {
 
 	// (1) crash failover and (2) graceful handover.
 	for _, t := range targets {
-		impls := []string{"ours"}
+		c, g := takeovers(t, runID, o)
+		r.crash, r.graceful = append(r.crash, c...), append(r.graceful, g...)
 		if t.kind == "postgres" {
-			impls = append(impls, "peer")
-		}
-		for _, impl := range impls {
-			logf("crash failover: %s on %s, %d rounds, lease/interval %v", impl, t.kind, o.rounds, o.lease)
-			ds, err := takeoverFigure(t, impl, runID, "crash", o.lease, o.lease, syscall.SIGKILL, o.rounds)
-			r.crash = append(r.crash, result{db: t.kind, impl: impl, lease: o.lease, ds: ds, err: err})
-		}
-		for _, impl := range impls {
-			lease := o.gracefulLease
-			if impl == "peer" {
-				lease = o.lease
-			}
-			logf("graceful handover: %s on %s, %d rounds, lease/interval %v", impl, t.kind, o.rounds, lease)
-			// Signal anywhere in a poll cycle (ours) or a check cycle (peer).
-			phase := min(lease/3, 2*time.Second)
-			if impl == "peer" {
-				phase = lease
-			}
-			ds, err := takeoverFigure(t, impl, runID, "graceful", lease, phase, syscall.SIGTERM, o.rounds)
-			r.graceful = append(r.graceful, result{db: t.kind, impl: impl, lease: lease, ds: ds, err: err})
-		}
-		if t.kind == "postgres" {
-			for _, impl := range impls {
+			for _, impl := range []string{"ours", "peer"} {
 				n := max(o.rounds/4, 2)
 				logf("stall: %s on %s, %d rounds, lease/interval %v", impl, t.kind, n, o.lease)
 				var firstTrue int
@@ -247,6 +231,10 @@ func run(o options) error {
 				r.stall = append(r.stall, result{db: t.kind, impl: impl, lease: o.lease, ds: ds, err: err, firstTrue: firstTrue})
 			}
 		}
+	}
+
+	if err := r.writePlots(filepath.Dir(o.svg), o.out); err != nil {
+		return err
 	}
 
 	// (3) database load at equal worst-case crash failover.

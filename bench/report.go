@@ -38,6 +38,7 @@ type report struct {
 	scale              []scaleStep
 	scaleErr           error
 	timeline           *timelineRun
+	plots              map[string]string // figure → image path relative to the report (plots.go)
 }
 
 // spread returns the median (the mean of the middle two for an even
@@ -119,6 +120,7 @@ func (r *report) markdown() string {
 	p("")
 	p("Expected from the source: ours between (Lease − Lease/3) and Lease + Lease/20 after the kill (the last renewal falls anywhere in the previous Lease/3); the peer between about 0.4× and 1.6× Interval.")
 	p("")
+	r.plotRef(p, "failover", "crash failovers, one dot each")
 
 	// (2)
 	p("## 2. Graceful handover")
@@ -135,6 +137,7 @@ func (r *report) markdown() string {
 		p("| %s | %s | %d | %s | %s | %s |", c.db, implName(c.impl), len(c.ds), ms(med), ms(lo), ms(hi))
 	}
 	p("")
+	r.plotRef(p, "handover", "graceful handovers, one dot each")
 	if r.mysqlFollowBench != "" {
 		p("### MySQL: a follower of four processes")
 		p("")

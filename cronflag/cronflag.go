@@ -3,17 +3,37 @@
 // and hands jobs that want one a context cancelled when leadership is
 // lost.
 //
-//	c := cron.New(cron.WithChain(cronflag.Wrapper(flag)))
-//	c.AddJob("@every 1m", cronflag.JobFunc(func(ctx context.Context) {
+//	c := cron.New(cron.WithSeconds(), cron.WithChain(cronflag.Wrapper(flag)))
+//	c.AddJob("0 0 3 * * *", cronflag.JobFunc(func(ctx context.Context) {
 //		// ctx is cancelled the moment this process stops leading
 //	}))
 //
 // Every process runs the same cron schedule; only the one holding the flag
-// runs the jobs. A run starts only while the flag is raised, and its
-// context ends when the term ends (at the latest at the end of the trust
-// window, before another process can raise), so a job that watches its
-// context stops before another process starts the same job. A job that
-// ignores the context keeps running: the flag cannot stop it.
+// runs the jobs.
+//
+// What it guarantees: at most one replica runs a [ContextJob] that watches
+// its context at any moment. A run starts only while the flag is raised,
+// and its context ends when the term ends (at the latest at the end of the
+// trust window, before another process can raise), so a job that watches
+// its context stops before another process starts the same job. A job
+// that ignores the context keeps running: the flag cannot stop it.
+//
+// What it does not guarantee: one run per period. Each replica's cron
+// counts on its own; "@every 1m" counts from each replica's start, so
+// after a handover the new leader can run the job soon after the old
+// leader's last run, or later than a period. Use schedules aligned to the
+// wall clock (a cron expression; with cron.WithSeconds for periods under a
+// minute): every replica then ticks at the same instants, to within the
+// offset of their clocks. A job that must never repeat within a period
+// also records its period where the next leader looks (a fenced
+// transaction); a job started by a process per run (cron, a systemd
+// timer) uses [leadership.FlagBuilder.HoldAtLeast] instead.
+//
+// Shut down in this order: <-c.Stop().Done() (no new run starts, and it
+// waits for running jobs), then [leadership.Flag.Close] (it lowers and
+// releases, so another replica takes over at once), then the database
+// pool, which Close needs to release the row. The context given to
+// [leadership.FlagBuilder.Build] bounds Build only, not the flag.
 package cronflag
 
 import (

@@ -8,12 +8,31 @@
 // before every run, and it answers nil only while the flag is raised.
 //
 //	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(flag)))
+//	_, err = s.NewJob(gocron.CronJob("*/2 * * * * *", true), gocron.NewTask(job))
 //
-// This is the safe choice: one flag decides for all jobs, and the flag's
-// trust window guarantees that no two schedulers start a job at the same
-// moment. A run that already started is not stopped when leadership moves
-// (gocron cannot stop it); jobs that must stop should watch
-// [leadership.Flag.LeaderContext].
+// What it guarantees: at most one replica starts runs at any moment, since
+// no two flags are raised at once. A run that already started is not
+// stopped when leadership moves (gocron cannot stop it): a job that must
+// not overlap the next leader's runs watches [leadership.Flag.LeaderContext].
+//
+// What it does not guarantee: one run per period. Each replica's scheduler
+// counts periods on its own. With gocron.DurationJob, or any schedule that
+// counts from the scheduler's start, the replicas' ticks fall at different
+// instants, so after a handover the new leader can run the job again
+// within a period of the old leader's last run, or only after more than a
+// period. Use schedules aligned to the wall clock, as
+// gocron.CronJob with seconds ("*/2 * * * * *") and gocron.DailyJob are:
+// every replica then ticks at the same instants, to within the offset of
+// their clocks. A job that must never repeat within a period also records
+// its period where the next leader looks (a fenced transaction); a job
+// started by a process per run (cron, a systemd timer) uses
+// [leadership.FlagBuilder.HoldAtLeast] instead of a scheduler.
+//
+// Shut down in this order: the scheduler's Shutdown (no new run starts,
+// and it waits for running jobs), then [leadership.Flag.Close] (it lowers
+// and releases, so another replica takes over at once), then the
+// database pool, which Close needs to release the row. The context given
+// to [leadership.FlagBuilder.Build] bounds Build only, not the flag.
 //
 // # Locker
 //

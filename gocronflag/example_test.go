@@ -15,31 +15,46 @@ import (
 )
 
 // Every instance runs the same scheduler; only the flag's holder runs jobs.
+// The schedule is aligned to the wall clock, so a replica that takes over
+// runs the next tick, and shutdown goes scheduler, flag, pool.
 func ExampleElector() {
-	db, _ := sqlite.Open(":memory:")
-	defer db.Close()
-	store, _ := sqlite.New(db)
+	db, err := sqlite.Open(":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := sqlite.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
 	flag, err := leadership.NewFlag().Store(store).Name("scheduler").Build(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer flag.Close()
+	ran := make(chan struct{}, 1)
+	report := func() {
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
+	}
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(flag)))
 	if err != nil {
 		log.Fatal(err)
 	}
-	ran := make(chan struct{}, 1)
-	_, _ = s.NewJob(gocron.DurationJob(10*time.Millisecond), gocron.NewTask(func() {
-		select {
-		case ran <- struct{}{}:
-		default:
-		}
-	}))
+	// A cron expression with seconds: every replica ticks at the same instants.
+	_, err = s.NewJob(gocron.CronJob("*/2 * * * * *", true), gocron.NewTask(report))
+	if err != nil {
+		log.Fatal(err)
+	}
 	s.Start()
+
 	<-ran
-	_ = s.Shutdown()
 	fmt.Println("the leader ran the job")
+
+	_ = s.Shutdown() // 1. no new run starts; the running one ends
+	_ = flag.Close() // 2. lower and release: another replica takes over at once
+	_ = db.Close()   // 3. the pool, which Close needed to release
 	// Output: the leader ran the job
 }
 

@@ -14,7 +14,7 @@ const errColumnAccessDenied = 1143
 
 // grantProbes are statements that change nothing and that the server
 // refuses exactly when the user lacks the privilege named with each: what
-// the README's "Privileges" lists for a user whose administrator applied
+// docs/operations.md's "Privileges" lists for a user whose administrator applied
 // the migrations (routine mode also needs EXECUTE on the procedures).
 var grantProbes = [][2]string{
 	{"SELECT ON leadership_flags", "SELECT 1 FROM leadership_flags WHERE FALSE"},

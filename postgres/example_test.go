@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"log"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
@@ -58,4 +60,36 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	_ = store // build flags on it as in the example of Open
+}
+
+// A leader's writes to the flag's own database, in a fenced transaction: it
+// commits only within this process's term, and the next term starts only
+// after it. It needs a server, so it only compiles here.
+func ExampleRunFenced() {
+	ctx := context.Background()
+	pool, err := postgres.Open(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := postgres.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flag.Close()
+
+	report := func(day string, total int) {
+		err := postgres.RunFenced(ctx, pool, flag, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO report (day, total) VALUES ($1, $2)`, day, total)
+			return err
+		})
+		if errors.Is(err, leadership.ErrNotLeader) {
+			log.Print("our term is over: nothing was written; another process leads")
+		}
+	}
+	report("2026-11-26", 42)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // grants are the privileges the store needs on its tables, one per row:
-// what the README's "Privileges" lists for a role whose administrator
+// what docs/operations.md's "Privileges" lists for a role whose administrator
 // applied the migrations.
 var grants = [][2]string{
 	{"leadership_flags", "SELECT"}, {"leadership_flags", "INSERT"}, {"leadership_flags", "UPDATE"},

@@ -20,8 +20,8 @@ import (
 // PostgreSQL 13 is refused, with an error naming its version, before
 // anything is created. Concurrent calls from many processes are serialized
 // by golang-migrate's advisory lock, a session-level lock that a pooler in
-// transaction mode cannot keep on one session (see the README's
-// "Deployment"). Once a call has succeeded, later calls on the same Store
+// transaction mode cannot keep on one session (see docs/operations.md,
+// "PostgreSQL behind a pooler"). Once a call has succeeded, later calls on the same Store
 // return nil without touching the database, so building many flags on one
 // store migrates once. It never closes the pool.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }

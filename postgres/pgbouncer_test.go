@@ -330,7 +330,7 @@ func TestMigrateOncePerStore(t *testing.T) {
 	go func() { done <- fresh.Migrate(short) }()
 	select {
 	case err := <-done:
-		t.Fatalf("Migrate on a new store returned (%v) while the lock was held elsewhere; the README says it waits", err)
+		t.Fatalf("Migrate on a new store returned (%v) while the lock was held elsewhere; docs/operations.md says it waits", err)
 	case <-time.After(3 * time.Second):
 	}
 	if _, err := holder.Exec(context.Background(), `SELECT pg_advisory_unlock($1::bigint)`, key); err != nil {
@@ -345,7 +345,7 @@ func TestMigrateOncePerStore(t *testing.T) {
 }
 
 // TestPgBouncerRefusesSearchPath pins the reason the tests above use the
-// public schema, which the README repeats: PgBouncer 1.18 refuses
+// public schema, which docs/operations.md repeats: PgBouncer 1.18 refuses
 // search_path as a startup parameter.
 func TestPgBouncerRefusesSearchPath(t *testing.T) {
 	t.Parallel()

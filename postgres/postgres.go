@@ -1,4 +1,4 @@
-// Package postgres is the [leadership.Store] for PostgreSQL on
+// Package postgres is the [leadership.Store] for PostgreSQL 13+ on
 // github.com/jackc/pgx/v5, for fleets that already share a Postgres
 // database.
 //
@@ -6,58 +6,54 @@
 //	store, err := postgres.New(pool)
 //	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
 //
-// # Statements and clock
+// # Statements
 //
 // Acquire-or-renew is one statement and one round trip: an INSERT … ON
 // CONFLICT (name) DO UPDATE … WHERE <held by this term> OR <expired>
-// RETURNING, in a CTE whose other branch reads the row as it stood when the
-// statement began, so a losing attempt still learns who holds the flag and
-// until when. Instants are the database's now(): the start of the
-// statement's own transaction, which begins after the client sent it — the
-// ordering the flag's trust window relies on — and is the same instant
-// everywhere in the statement.
+// RETURNING, judged by the server's now(), which also reports who holds
+// the flag when it loses. The attempts of flags of one Store that are due
+// together are decided by one statement over arrays. pgxpool pings a
+// connection idle for more than a second before it lends it, a second
+// round trip: a pool of [Open] has [ShouldPing], which keeps an attempt at
+// one; on a pool of your own, set it in the pool's config ([New] logs at
+// Info when it is not set). [New] never closes the pool. The store
+// implements the failover guard of the repository's docs/failover.md: the
+// server's incarnation lives in the UNLOGGED table leadership_incarnation,
+// which crash recovery and a promotion empty.
 //
-// pgxpool pings a connection idle for more than a second before it lends
-// it, and an attempt's connection nearly always is (a holder renews every
-// Lease/3): on a pool of pgxpool.New an attempt is two round trips. A pool
-// of [Open] has [ShouldPing], which keeps it at one; on a pool of your own,
-// set it in the pool's config ([New] logs at Info when it is not set).
+// # Schema and privileges
 //
-// # Schema
-//
-// The table leadership_flags and golang-migrate's version table
-// leadership_schema_migrations live in the connection's current schema
-// (the first schema of search_path that exists), so a non-default schema is
-// chosen with the pool's search_path, for example
+// The tables leadership_flags, leadership_guard, leadership_incarnation and
+// golang-migrate's leadership_schema_migrations live in the connection's
+// current schema (the first schema of search_path that exists), so a
+// non-default schema is chosen with the pool's search_path, for example
 // "postgres://app@db/app?search_path=jobs". [Store.Migrate] needs CREATE on
 // that schema; when an administrator applied the migrations (see package
 // migrations), the application role needs only SELECT, INSERT and UPDATE on
 // leadership_flags, SELECT and INSERT on leadership_incarnation, SELECT and
 // UPDATE on leadership_guard, and SELECT on leadership_schema_migrations.
+// Migrate checks each and names the GRANT that is missing.
 //
 // # Notifications
 //
 // Release and Evict send, in the same statement, NOTIFY on the channel
 // [Channel] with the JSON payload {"schema": …, "name": …}. Each Store keeps
 // one LISTEN connection (taken out of the pool) for all the flags of the
-// process, from the first flag that waits until the last one closes, and
-// wakes the flags of the named flag at once: a graceful handover completes
-// in milliseconds. Notifications are per database, and the payload names
-// the schema, so several flag tables (schemas) and databases on one server
-// never wake each other's flags wrongly. If the listening connection
-// breaks, the flags go on polling and the listener reconnects with backoff,
-// waking every flag once when it is back in case a release was missed.
+// process, while any of them waits, and wakes the flags of the named flag
+// at once: a graceful handover completes in milliseconds. The payload names
+// the schema, so flag tables in several schemas never wake each other. If
+// the listening connection breaks, the flags go on polling and the listener
+// reconnects with backoff, waking every flag once when it is back.
 //
-// Behind a pooler in transaction mode (PgBouncer, RDS Proxy) a LISTEN
-// receives nothing and stays on a server session other clients use, so the
-// listener never runs LISTEN when the server's backend pid differs from the
-// one the connection announced (a pooler multiplexes sessions); it logs a
-// warning instead. Otherwise, after each LISTEN it sends itself a
-// notification through the pool, and the store reports its notifications
-// available ([Store.NotifiesOtherProcesses]) only once that notification
-// has arrived (it warns after [ProbeTimeout] without it). While they are
-// unavailable, flags on the default poll interval poll every 2 s instead
-// of waiting for the holder's expiry (at most Lease). [WithoutNotifications] turns listening off.
+// After each LISTEN the listener sends itself a notification through the
+// pool, and the store reports its notifications available
+// ([Store.NotifiesOtherProcesses]; followers then attempt once per lease,
+// at the holder's expiry) only once it has arrived (it warns after
+// [ProbeTimeout] without it). Until then flags on the default poll interval
+// poll every 2 s. Behind a pooler in transaction mode (PgBouncer, RDS
+// Proxy) a LISTEN receives nothing, so the listener never runs LISTEN when
+// the server's backend pid differs from the one the connection announced;
+// it logs a warning instead. [WithoutNotifications] turns listening off.
 //
 // # Poolers
 //
@@ -67,7 +63,8 @@
 // transaction (PgBouncer 1.21 or later with max_prepared_statements), and
 // otherwise fails with an error that names this setting. Apply the
 // migrations over a direct connection (golang-migrate's advisory lock is
-// session-level) and build flags with Migrate(false).
+// session-level) and build flags with Migrate(false). The repository's
+// docs/stores.md and docs/operations.md say more.
 package postgres
 
 import (

@@ -2,6 +2,10 @@
 // on the pure-Go driver modernc.org/sqlite (registered as "sqlite"). Several
 // processes on one machine share flags through one database file.
 //
+//	db, err := sqlite.Open("flags.db")
+//	store, err := sqlite.New(db)
+//	flag, err := leadership.NewFlag().Store(store).Name("nightly-report").Build(ctx)
+//
 // # Opening the database
 //
 // Open the database with [Open], which sets what concurrent use from
@@ -12,100 +16,51 @@
 //
 //	file:flags.db?_pragma=busy_timeout(10000)&_txlock=immediate
 //
-// after running PRAGMA journal_mode=WAL once on the file.
-//
-// Without a busy timeout, attempts that meet a locked database fail with
-// SQLITE_BUSY and are retried by the flag: correct, but slower to fail over.
-// A write of the store waits for the lock no longer than its context
-// allows (a flag's attempt, its Timeout), however long the busy timeout:
-// the store lowers the connection's busy timeout to the time left for the
-// write and sets it back afterwards, since the driver cannot cut a busy
-// handler's wait short.
+// after running PRAGMA journal_mode=WAL once on the file. [Open] creates a
+// missing file readable and writable by its owner only (anyone who can open
+// the file or its -shm file can take SQLite's locks and stall the leader),
+// keeps the mode of an existing one, and in a directory every user may
+// write refuses a path, -wal or -shm file that is a symbolic link or
+// another user's. Every process sharing the file needs read and write
+// access to it, its -wal and -shm files and their directory.
 //
 // # Clock
 //
-// Every process sharing a database file runs on one host (SQLite's file
-// locking does not reach across hosts), so the store judges expiry by a
-// clock of the host. Each statement reads it once, through an SQL function
-// this package registers with the driver, while SQLite executes the
-// statement: a statement that writes reads it after it has taken the write
-// lock, never before it waits for the lock.
+// Every process sharing a database file runs on one host, so the store
+// judges expiry by a clock of the host, read inside each statement. On
+// Linux it is CLOCK_BOOTTIME, which wall-clock steps (NTP, date -s) do not
+// move; rows carry the boot ID, so a row from an earlier boot is free at
+// once, and processes in time namespaces read the same clock (the store
+// takes their offset off; [New] fails where it cannot read it). On other
+// systems it is the wall clock: a forward step larger than the flag's
+// SafetyMargin lets a follower acquire while the holder still trusts its
+// term. The instants the store reports are this clock shifted to read as
+// the wall clock.
 //
-//   - On Linux the clock is CLOCK_BOOTTIME. It never steps: an NTP step or
-//     `date -s` moves the wall clock only, so neither ends a term early nor
-//     delays failover. Like the wall clock, it counts time spent in suspend
-//     (the monotonic clock that [leadership.Flag.Raised] reads does not).
-//     It restarts at each boot, so each row carries the kernel's boot ID
-//     (/proc/sys/kernel/random/boot_id) and a row written in an earlier
-//     boot is free at once. A process in a time namespace (unshare --time)
-//     reads CLOCK_BOOTTIME shifted by its namespace's offset; the store
-//     takes that offset off again (/proc/self/timens_offsets), so every
-//     process on the host reads one clock. [New] returns an error where it
-//     cannot read these, as in a process that has called
-//     unshare(CLONE_NEWTIME) and not exec'd since.
-//   - On other systems the clock is the wall clock. There a forward step
-//     of it larger than the flag's SafetyMargin lets a follower acquire
-//     while the holder still trusts its term, and a backward step delays
-//     failover by its size.
-//
-// The instants the store reports ([leadership.Result] Now, RenewedAt and
-// ExpiresAt, and [Store.Flags]) are the host clock shifted to read as the
-// wall clock: their differences are host-clock durations (a follower
-// waits ExpiresAt − Now), and they follow the wall clock to within a
-// second, shifting all together when it steps further.
-//
-// # Round trips
+// # Statements
 //
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
-// WHERE … RETURNING statement; when it loses, a second SELECT on the same
-// in-process database reports the holder (no network round trip exists for
-// SQLite). Every write commits before its result is returned: a release,
-// an eviction or a lone acquire as a single statement on its own; the
-// acquires of several flags of one Store that are due together (one is
-// running while the others come due) as one transaction, BEGIN IMMEDIATE
-// to COMMIT, with each statement's own result and the same rules per row,
-// one commit and one wait for the write lock for all of them (batch.go:
-// 64 flags renewing at once cost about 0.1 ms per renewal instead of
-// 2.0 ms before batching, BenchmarkConcurrentRenewals). A connection
-// that is already inside a transaction (a BEGIN in a connection hook or
-// DSN pragma) is refused with an error that says so, instead of a write
-// that would roll back after the caller trusted it.
-//
-// SQLite's write lock belongs to the process that holds it. A process
-// stopped (SIGSTOP, a debugger) inside one of its writes, which hold the
-// lock for about a millisecond (the commit's fsync) every renew interval,
-// keeps every other process's attempts waiting until it resumes or dies:
-// failover is delayed, never made unsafe, since a stopped holder's
-// [leadership.Flag.Raised] turns false at the end of its trust window.
-//
-// # Upgrading
-//
-// Migration 2 adds the host-clock columns to a file made by an older
-// version of this package. Rows keep their wall-clock instants too, so
-// that during a rolling upgrade older processes sharing the file judge
-// every row as before, and this version judges a row that an older process
-// wrote last by its wall-clock expiry, as that process does (a trigger
-// marks such rows). Until the last older process has stopped, a wall-clock
-// step can therefore still end a term early. An older process that starts
-// after the migration fails Build, since golang-migrate refuses a version
-// it does not know ("no migration found for version 2"), unless it builds
-// its flags with Migrate(false).
+// WHERE … RETURNING statement. Every write commits before its result is
+// returned; the attempts of flags of one Store that are due together share
+// one transaction (BEGIN IMMEDIATE … COMMIT). A connection already inside
+// a transaction is refused. A process stopped inside one of its writes
+// keeps the others waiting for SQLite's write lock until it resumes or
+// dies: failover is delayed, never made unsafe.
 //
 // # Notifications
 //
 // Releases wake the flags of the same [Store] at once. On Linux, flags in
-// other processes sharing the file are woken too, by one watcher per
-// Store: a file-change signal (inotify) on the database file and its
-// -wal file, confirmed by PRAGMA data_version and one read of the free
-// rows on a connection of the Store's pool. The watcher costs no
-// statement while nothing is written; per commit of another connection
-// (a renewal, an attempt that wrote), up to ten reads of data_version
-// (no table read, no disk I/O) and one SELECT of the free rows, per
-// Store, whatever its number of flags. It is a hint the flags do not rely on: a lost
-// signal leaves them to their poll (at most 2 s at the default poll
-// interval), so the Store does not report that its notifications reach
-// other processes. No watcher runs for an in-memory database or a pool
-// limited to one connection.
+// other processes sharing the file are woken too, by one watcher per Store
+// (inotify on the database and its -wal file, confirmed by PRAGMA
+// data_version and a read of the free rows). It is a hint: a lost signal
+// leaves the flags to their poll (at most 2 s at the default poll
+// interval), so the Store does not report notifications that reach every
+// process. No watcher runs for an in-memory database or a pool limited to
+// one connection.
+//
+// The clock in detail, the cost of the watcher and the rolling upgrade
+// from schema version 1 are in the repository's docs/stores.md and
+// docs/operations.md.
 package sqlite
 
 import (

@@ -394,7 +394,7 @@ func fenceLast(t *testing.T, f Fencing) {
 		t.Fatalf("Rollback: %v", err)
 	}
 	// With the flag: the fence checks term 3, passes, and term 1's write
-	// commits after term 2's fenced write. This is what the README and
+	// commits after term 2's fenced write. This is what docs/fencing.md and
 	// the Fence docs warn of; if it ever fails, they need changing.
 	if err := withFlag.Fence(ctx(t), fl); err != nil {
 		t.Fatalf("a fence placed last with the flag, in term %d = %v; want it to pass (it checks the term of the moment)", third.Version, err)

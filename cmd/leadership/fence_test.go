@@ -23,7 +23,7 @@ import (
 // the token of the term before the current one.
 const formerTerm = `LEADERSHIP_TOKEN=$((LEADERSHIP_TOKEN - 1)) exec sh "$0" "$@"`
 
-// TestShellJobFencesWithSQLite3 runs the README's SQLite example of a
+// TestShellJobFencesWithSQLite3 runs docs/fencing.md's SQLite example of a
 // fenced shell job (docs/fencing/sqlite3.sh, on the sqlite3 command-line
 // shell) under leadership run: with the run's own term the job's write
 // commits; with a former term's token it fails and writes nothing.

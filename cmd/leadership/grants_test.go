@@ -55,7 +55,7 @@ func randomHex() string {
 }
 
 // TestEveryMissingGrantEndsInAnErrorNamingIt: a PostgreSQL role, or a
-// MariaDB user, that has every privilege the README lists for an
+// MariaDB user, that has every privilege docs/operations.md lists for an
 // application whose administrator applied the migrations but one, gets
 // from leadership run and leadership migrate an error naming the missing
 // privilege, within seconds; none hangs (a role without SELECT on

@@ -1,8 +1,16 @@
 // Command service is a small service to copy: it runs a leader-only job
-// every few seconds with gocron, serves Prometheus metrics on /metrics, a
+// every two seconds with gocron, serves Prometheus metrics on /metrics, a
 // liveness probe on /healthz and a leader-only readiness probe on /leader.
 // Start it several times against one database and only one instance runs
 // the job.
+//
+// The job's schedule is a cron expression with seconds, "*/2 * * * * *":
+// every replica's ticks fall at the same instants of the wall clock, so a
+// replica that takes over runs the next tick, not a tick of its own two
+// seconds after its own start (gocron.DurationJob counts from each
+// replica's start, and a handover could then run the job twice within one
+// period). At shutdown it stops the scheduler, then closes the flag (which
+// hands over at once), then the pool.
 //
 //	go run ./examples/service -addr :8081 &
 //	go run ./examples/service -addr :8082 &
@@ -41,18 +49,18 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "HTTP address for /metrics, /healthz and /leader")
 	dsn := flag.String("dsn", "sqlite:service.db", "database: "+storeopen.Usage)
-	every := flag.Duration("every", 3*time.Second, "how often the leader runs the job")
+	schedule := flag.String("schedule", "*/2 * * * * *", "when the leader runs the job: a cron expression with seconds, aligned to the wall clock")
 	lease := flag.Duration("lease", 10*time.Second, "leadership lease")
 	name := flag.String("name", "example-service-job", "name of the leadership flag")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *dsn, *name, *every, *lease, logger); err != nil {
+	if err := run(*addr, *dsn, *name, *schedule, *lease, logger); err != nil {
 		logger.Error("service failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, dsn, name string, every, lease time.Duration, logger *slog.Logger) error {
+func run(addr, dsn, name, schedule string, lease time.Duration, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -60,10 +68,12 @@ func run(addr, dsn, name string, every, lease time.Duration, logger *slog.Logger
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer store.Close() // third: the pool, once the flag has released its row
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
+	// ctx ends at SIGTERM, but it bounds Build only: the flag runs until
+	// Close, after the scheduler has stopped.
 	f, err := leadership.NewFlag().
 		Store(store.Store).
 		Name(name).
@@ -74,13 +84,13 @@ func run(addr, dsn, name string, every, lease time.Duration, logger *slog.Logger
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer f.Close() // second: lower and release, so another replica takes over at once
 
 	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronflag.Elector(f)))
 	if err != nil {
 		return err
 	}
-	_, err = s.NewJob(gocron.DurationJob(every), gocron.NewTask(func() {
+	_, err = s.NewJob(gocron.CronJob(schedule, true), gocron.NewTask(func() {
 		token, _ := f.Token()
 		logger.Info("leader-only job ran", "token", token)
 	}))
@@ -88,7 +98,7 @@ func run(addr, dsn, name string, every, lease time.Duration, logger *slog.Logger
 		return err
 	}
 	s.Start()
-	defer func() { _ = s.Shutdown() }()
+	defer func() { _ = s.Shutdown() }() // first: no new run starts, and the running one ends
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

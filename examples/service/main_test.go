@@ -28,7 +28,7 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	var cmds []*exec.Cmd
 	for range 2 {
 		addr := freeAddr(t)
-		cmd := exec.Command(bin, "-addr", addr, "-dsn", db, "-every", "200ms", "-lease", "2s")
+		cmd := exec.Command(bin, "-addr", addr, "-dsn", db, "-lease", "2s")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

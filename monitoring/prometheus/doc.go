@@ -1,6 +1,7 @@
 // Package prometheus holds the Prometheus recording and alerting rules for
-// leadership flags (rules.yml, documented in the README's "Metrics"
-// section) and their tests; it has no Go API.
+// leadership flags (rules.yml: the metrics are in the README, what to do
+// when each alert fires in docs/operations.md) and their tests; it has no
+// Go API.
 //
 // The tests run promtool and Prometheus, from the Debian package
 // "prometheus": `promtool check rules` and `promtool test rules

@@ -201,7 +201,7 @@ func (c *services) start(addr, dsn string) *service {
 	}
 	c.t.Cleanup(func() { log.Close() })
 	for try := 1; ; try++ {
-		cmd := exec.Command(c.bin, "-addr", addr, "-dsn", dsn, "-name", c.name, "-lease", e2eLease.String(), "-every", "1s")
+		cmd := exec.Command(c.bin, "-addr", addr, "-dsn", dsn, "-name", c.name, "-lease", e2eLease.String(), "-schedule", "* * * * * *")
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			c.t.Fatal(err)
