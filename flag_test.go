@@ -131,6 +131,7 @@ func TestAFollowerLogsWhoLeadsAtInfoOncePerChange(t *testing.T) {
 			b.PollInterval(time.Second).Logger(slog.New(logs))
 		})
 		time.Sleep(3 * testLease) // b attempts about 30 times
+		synctest.Wait()           // b's attempt due at this instant has logged
 		if got := logs.get(); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("b logged the holders %q at Info in 30 attempts, want [a] once", got)
 		}
@@ -141,6 +142,7 @@ func TestAFollowerLogsWhoLeadsAtInfoOncePerChange(t *testing.T) {
 			t.Fatal("c did not take over at a's release")
 		}
 		time.Sleep(3 * testLease)
+		synctest.Wait()
 		if got := logs.get(); !slices.Equal(got, []string{"a", "c"}) {
 			t.Fatalf("b logged the holders %q at Info, want [a c]: once per change", got)
 		}
