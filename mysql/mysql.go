@@ -49,6 +49,13 @@
 // between one START TRANSACTION and one COMMIT, every request decided at
 // the guard read's clock.
 //
+// Releases due together (a process closing its flags at once) travel
+// likewise, in both modes, up to 512 in one transaction: a SELECT … FOR
+// UPDATE of the rows of their names, in the order of the names (as the
+// acquires lock rows), one UPDATE that ends the terms the releases name,
+// and the COMMIT. Each release ends only the term it names, as alone
+// (BENCHMARKS.md §7). A release alone is its UPDATE in a transaction.
+//
 // # DSN
 //
 // The store needs no DSN parameter: it reads no DATETIME column, so
@@ -297,7 +304,8 @@ type Store struct {
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
 
-	batch *sqlstore.Batcher // batch.go
+	acquires *sqlstore.Acquires // batch.go
+	releases *sqlstore.Releases // batch.go
 	// manyMissingUntil (Unix nanoseconds): until then, batches are sent
 	// one CALL per request, leadership_acquire_many having been found
 	// missing or not executable.
@@ -365,7 +373,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	return s, nil
 }
 

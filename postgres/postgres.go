@@ -38,7 +38,10 @@
 // # Notifications
 //
 // Release and Evict send, in the same statement, NOTIFY on the channel
-// [Channel] with the JSON payload {"schema": …, "name": …}. Each Store keeps
+// [Channel] with the JSON payload {"schema": …, "name": …}; the releases
+// of flags of one Store that are due together (a process closing its
+// flags) travel in one statement, which ends each term it names that
+// still holds its row and notifies each (BENCHMARKS.md §7). Each Store keeps
 // one LISTEN connection (taken out of the pool) for all the flags of the
 // process, from the first flag that waits until the last one closes, and
 // wakes the flags of the named flag at once: a graceful handover completes
@@ -97,7 +100,8 @@ type Store struct {
 	noListen  bool        // WithoutNotifications
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
-	batch     *sqlstore.Batcher // batch.go
+	acquires  *sqlstore.Acquires // batch.go
+	releases  *sqlstore.Releases // batch.go
 	// statementPerFlag sends a batch as one acquireSQL statement per
 	// request (each a run of its own), as before acquireManySQL: a test
 	// hook, for the benchmark that compares the two.
@@ -139,7 +143,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: postgres.New: pool is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{pool: pool}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	s.hub.Watch = s.listen // notify.go
 	for _, o := range opts {
 		o(s)

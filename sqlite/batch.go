@@ -17,29 +17,36 @@ import (
 // appends the changed pages and, with synchronous=FULL, syncs the file:
 // measured on this project's machine, 549 µs per renewal one by one and
 // 102 µs per renewal for 500 in one transaction). A batch of one is the
-// statement alone, committed on its own as before. One batch is in
-// flight per Store at a time: SQLite has one writer, so a second would
-// only wait on the file's lock, where the busy handler sleeps in steps of
-// up to 100 ms, rather than in the queue.
+// statement alone, committed on its own as before. The releases due
+// together (a process closing its flags) share a transaction likewise.
+// One batch of each kind is in flight per Store at a time: SQLite has one
+// writer, so a second would only wait on the file's lock, where the busy
+// handler sleeps in steps of up to 100 ms, rather than in the queue.
 const (
 	maxSenders = 1
 	maxBatch   = 512
 )
 
-// newBatcher returns the batcher of s.
-func (s *Store) newBatcher() *sqlstore.Batcher {
-	return &sqlstore.Batcher{
-		Send:       s.sendBatch,
-		Describe:   func(name string, err error) error { return describe(fmt.Sprintf("acquire %q", name), err) },
-		MaxSenders: maxSenders,
-		MaxBatch:   maxBatch,
-	}
+// newBatchers sets the batchers of s.
+func (s *Store) newBatchers() {
+	s.acquires = sqlstore.NewAcquires(s.sendBatch,
+		func(name string, err error) error { return describe(fmt.Sprintf("acquire %q", name), err) }, maxSenders, maxBatch)
+	s.releases = sqlstore.NewReleases(s.sendReleases,
+		func(name string, err error) error { return describe(fmt.Sprintf("release %q", name), err) }, maxSenders, maxBatch)
 }
+
+// MaxAcquireBatch is the most Acquire calls the store runs in one
+// transaction. It tells flags that the store batches: the holders of its
+// flags renew at ticks they share (see
+// [leadership.FlagBuilder.RenewInterval]), in groups of half a batch, so
+// their renewals are due at one instant and commit together, whatever the
+// load, instead of batching only when attempts happen to overlap.
+func (s *Store) MaxAcquireBatch() int { return maxBatch }
 
 // sendBatch runs the acquire statements of batch in one transaction on a
 // connection checked to be outside one, and commits it before returning.
 // A failed statement rolls them all back.
-func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]leadership.Result, error) {
+func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.PendingAcquire) ([]leadership.Result, error) {
 	conn, err := s.outsideTx(ctx)
 	if err != nil {
 		return nil, err
@@ -64,6 +71,45 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 		return nil, fmt.Errorf("commit %d acquires: %w", len(batch), err)
 	}
 	return results, nil
+}
+
+// sendReleases ends the terms of batch, sorted by name, that still hold
+// their rows, in one transaction on a connection checked to be outside
+// one, commits it before returning, reports which it ended, and wakes the
+// flags of this store waiting on those. A failed statement rolls them
+// all back. A batch of one is the statement alone.
+func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelease) ([]bool, error) {
+	conn, err := s.outsideTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	released := make([]bool, len(batch))
+	if len(batch) > 1 {
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return nil, fmt.Errorf("begin a transaction for %d releases: %w", len(batch), err)
+		}
+	}
+	for i, p := range batch {
+		if released[i], err = s.releaseOn(ctx, conn.Conn, p.Req); err != nil {
+			if len(batch) > 1 {
+				rollback(conn.Conn)
+			}
+			return nil, err
+		}
+	}
+	if len(batch) > 1 {
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			rollback(conn.Conn)
+			return nil, fmt.Errorf("commit %d releases: %w", len(batch), err)
+		}
+	}
+	for i, p := range batch {
+		if released[i] {
+			s.hub.Notify(p.Req.Name)
+		}
+	}
+	return released, nil
 }
 
 // rollback ends the transaction of conn, whose statement failed or whose

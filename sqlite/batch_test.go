@@ -11,6 +11,7 @@ import (
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/tickstest"
 	"github.com/dbflag/leadership/sqlite"
 )
 
@@ -195,4 +196,74 @@ func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, "")
+}
+
+// BenchmarkCloseMany closes every flag of a process at once, as a service
+// does at shutdown, and times until each is released and each follower in
+// another process (a store on a pool of its own, woken by its file
+// watcher) has taken over (batchtest.BenchmarkCloseMany), on one database
+// file: one flag, and 64 with their releases sent one by one (as before
+// they were batched) and in batches (as shipped).
+func BenchmarkCloseMany(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		flags    int
+		oneByOne bool
+	}{{"flags=1", 1, false}, {"flags=64/release=one-by-one", 64, true}, {"flags=64/release=batched", 64, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "flags.db")
+			batchtest.BenchmarkCloseMany(b, c.flags, func() leadership.Store {
+				db, err := sqlite.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { db.Close() })
+				s := newStore(b, db)
+				if err := s.Migrate(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if c.oneByOne {
+					s.SetReleaseOneByOne()
+				}
+				return s
+			}, "close")
+		})
+	}
+}
+
+// TestHoldersOfOneStoreRenewInFewTransactions checks that the holders of
+// the flags of one Store renew at shared ticks, committing their renewals
+// in a few transactions per renew interval (tickstest).
+func TestHoldersOfOneStoreRenewInFewTransactions(t *testing.T) {
+	t.Parallel()
+	s := openFile(t)
+	tickstest.HoldersRenewInFewBatches(t, s, "tick", s.BatchStats)
+}
+
+// TestReleasesSentTogetherKeepEveryRule sends releases as one transaction
+// and checks each by the rules of a release alone (batchtest).
+func TestReleasesSentTogetherKeepEveryRule(t *testing.T) {
+	t.Parallel()
+	s, path := openFileAt(t)
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchtest.CheckReleaseRules(t, s, newStore(t, db), s.ReleaseTogether, "")
+}
+
+// TestClosingManyFlagsAtOnceReleasesThemTogether closes the 64 flags of a
+// process at once: their releases share a few transactions, and each
+// follower in another process (a store on a pool of its own) is woken by
+// its file watcher (batchtest).
+func TestClosingManyFlagsAtOnceReleasesThemTogether(t *testing.T) {
+	t.Parallel()
+	a, path := openFileAt(t)
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchtest.CheckCloseMany(t, a, newStore(t, db), "close", a.ReleaseStats)
 }

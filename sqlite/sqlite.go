@@ -59,14 +59,15 @@
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
 // WHERE … RETURNING statement; when it loses, a second SELECT on the same
 // in-process database reports the holder (no network round trip exists for
-// SQLite). Every write commits before its result is returned: a release,
-// an eviction or a lone acquire as a single statement on its own; the
-// acquires of several flags of one Store that are due together (one is
-// running while the others come due) as one transaction, BEGIN IMMEDIATE
-// to COMMIT, with each statement's own result and the same rules per row,
-// one commit and one wait for the write lock for all of them (batch.go:
-// 64 flags renewing at once cost about 0.1 ms per renewal instead of
-// 2.0 ms before batching, BenchmarkConcurrentRenewals). A connection
+// SQLite). Every write commits before its result is returned: an
+// eviction, a lone release or a lone acquire as a single statement on its
+// own; the acquires of several flags of one Store that are due together
+// (one is running while the others come due) as one transaction, BEGIN
+// IMMEDIATE to COMMIT, with each statement's own result and the same
+// rules per row, one commit and one wait for the write lock for all of
+// them (batch.go: 64 flags renewing at once cost about 0.1 ms per renewal
+// instead of 2.0 ms before batching, BenchmarkConcurrentRenewals), and so
+// do the releases of flags closed together (BENCHMARKS.md §7). A connection
 // that is already inside a transaction (a BEGIN in a connection hook or
 // DSN pragma) is refused with an error that says so, instead of a write
 // that would roll back after the caller trusted it.
@@ -130,8 +131,9 @@ type Store struct {
 	hub      notify.Hub
 	tb       *timebase
 	migrated schema.Once
-	batch    *sqlstore.Batcher // batch.go
-	watching atomic.Bool       // the watcher watches the file: HintsOtherProcesses
+	acquires *sqlstore.Acquires // batch.go
+	releases *sqlstore.Releases // batch.go
+	watching atomic.Bool        // the watcher watches the file: HintsOtherProcesses
 }
 
 var (
@@ -157,7 +159,7 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 		}
 	}
 	s := &Store{db: db, tb: tb}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	s.hub.Watch = s.watch // notify.go
 	return s, nil
 }
