@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"strings"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -57,6 +58,7 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.PendingAcquire)
 		return []leadership.Result{res}, err
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		rollback(conn.Conn) // it may have begun
 		return nil, fmt.Errorf("begin a transaction for %d acquires: %w", len(batch), err)
 	}
 	results := make([]leadership.Result, len(batch))
@@ -87,6 +89,7 @@ func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelea
 	released := make([]bool, len(batch))
 	if len(batch) > 1 {
 		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			rollback(conn.Conn) // it may have begun
 			return nil, fmt.Errorf("begin a transaction for %d releases: %w", len(batch), err)
 		}
 	}
@@ -112,11 +115,17 @@ func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelea
 	return released, nil
 }
 
-// rollback ends the transaction of conn, whose statement failed or whose
-// context ended; if that fails too, the connection is discarded rather
-// than returned to the pool inside a transaction.
+// rollback ends the transaction of conn, after a statement of it failed
+// or its context ended, and after a BEGIN or a COMMIT that failed: the
+// driver reports the end of the statement's context when it came as the
+// statement completed, so a BEGIN that reports it may have begun the
+// transaction (and taken the write lock), and a COMMIT that reports it
+// may have committed. When ROLLBACK fails for another reason than there
+// being no transaction, the connection is discarded rather than returned
+// to the pool inside a transaction.
 func rollback(conn *sql.Conn) {
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+	_, err := conn.ExecContext(context.Background(), "ROLLBACK")
+	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }

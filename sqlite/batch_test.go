@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/batchtest"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/internal/tickstest"
 	"github.com/dbflag/leadership/sqlite"
 )
@@ -238,6 +240,85 @@ func TestHoldersOfOneStoreRenewInFewTransactions(t *testing.T) {
 	t.Parallel()
 	s := openFile(t)
 	tickstest.HoldersRenewInFewBatches(t, s, "tick", s.BatchStats)
+}
+
+// TestABatchWhoseContextEndsAsItBeginsLeavesNoTransactionOpen sends a
+// batch of two acquires, and one of two releases, with a deadline of
+// 150 ms while another connection holds the write lock, and lets the lock
+// go just before the deadline, until the batch's BEGIN IMMEDIATE has met
+// the deadline 20 times: when it takes the lock as the deadline passes,
+// the driver reports the context's end although the transaction began.
+// The batch must end the transaction it may have begun: a connection
+// returned to the pool inside it keeps the file's write lock, so that no
+// other process can write until the store uses that connection again,
+// and every use of it fails ("cannot start a transaction within a
+// transaction").
+func TestABatchWhoseContextEndsAsItBeginsLeavesNoTransactionOpen(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"acquires", "releases"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, path := openFileAt(t)
+			bg := context.Background()
+			other, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			lock, err := other.Conn(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close()
+			terms := batchtest.AcquireAll(t, s, []string{"a", "b"})
+			for met, i := 0, 0; met < 20; i++ {
+				if i == 200 {
+					t.Skipf("the batch met its deadline in BEGIN %d times in %d tries", met, i)
+				}
+				if _, err := lock.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
+				done := make(chan error, 1)
+				go func() {
+					var err error
+					if kind == "acquires" {
+						_, err = s.AcquireTogether(ctx,
+							leadership.Request{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version, Lease: time.Minute},
+							leadership.Request{Name: "b", Holder: batchtest.Holder, Version: terms[1].Version, Lease: time.Minute})
+					} else {
+						_, err = s.ReleaseTogether(ctx,
+							sqlstore.Release{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version + 1},
+							sqlstore.Release{Name: "b", Holder: batchtest.Holder, Version: terms[1].Version + 1})
+					}
+					done <- err
+				}()
+				time.Sleep(time.Duration(135+i%15) * time.Millisecond)
+				if _, err := lock.ExecContext(bg, "COMMIT"); err != nil {
+					t.Fatal(err)
+				}
+				err := <-done
+				cancel()
+				if err != nil && strings.Contains(err.Error(), "begin a transaction") {
+					met++
+				}
+				wctx, cancelWrite := context.WithTimeout(bg, time.Second)
+				_, err = lock.ExecContext(wctx, "BEGIN IMMEDIATE")
+				cancelWrite()
+				if err != nil {
+					t.Fatalf("try %d: another connection cannot take the write lock after the batch returned: %v", i, err)
+				}
+				if _, err := lock.ExecContext(bg, "ROLLBACK"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+			defer cancel()
+			if _, err := s.Acquire(ctx, leadership.Request{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version, Lease: time.Minute}); err != nil {
+				t.Fatalf("the store's next attempt failed: %v", err)
+			}
+		})
+	}
 }
 
 // TestReleasesSentTogetherKeepEveryRule sends releases as one transaction

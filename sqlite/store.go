@@ -180,6 +180,9 @@ func (s *Store) outsideTx(ctx context.Context) (writeConn, error) {
 		restore, err = boundBusyWait(ctx, conn)
 	}
 	if err != nil {
+		if !strings.Contains(err.Error(), "within a transaction") {
+			rollback(conn) // a BEGIN or COMMIT that reports its context's end may have begun, or not committed
+		}
 		conn.Close()
 		if strings.Contains(err.Error(), "within a transaction") {
 			return writeConn{}, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
