@@ -241,8 +241,10 @@
 // followed (the GET_LOCK that timed out), its flags the same polls as
 // without it; a release sends one statement on the holder's side and
 // three on each follower's store (RELEASE_LOCK, the SELECT of the free
-// rows, the next GET_LOCK). A waiter looks at the rows at most once per
-// 0.1 s, whatever the rings. A bell found free (its store crashed,
+// rows, the next GET_LOCK). A waiter looks at the rows at most three
+// times at once (the rings of a process closing its flags, whose releases
+// travel in a few batches) and then once per 0.1 s, whatever the rings.
+// A bell found free (its store crashed,
 // closed, or has not taken it yet) makes the waiter look at the rows (the
 // store may have given its bell up right after its last release) and
 // leave the bell alone for 0.1 s, then fourfold longer up to 30 s while
@@ -258,7 +260,8 @@
 // expires. User-level locks need no privilege: any user of the server can
 // take a bell before its holder does, which silences it (flags poll), and
 // ring a bell it took, which wakes no flag whose row has not become free,
-// and costs each waiter at most three statements per 0.1 s. The hint is
+// and costs each waiter at most nine statements at once and three per
+// 0.1 s. The hint is
 // lost, and flags learn of the release at their next poll, when the
 // waiter was not waiting at the ring (reading the rows after the previous
 // one, or pausing on a silent bell), when the store already follows four
