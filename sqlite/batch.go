@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"strings"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -125,7 +124,7 @@ func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelea
 // to the pool inside a transaction.
 func rollback(conn *sql.Conn) {
 	_, err := conn.ExecContext(context.Background(), "ROLLBACK")
-	if err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+	if err != nil && !noTransaction(err) {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }

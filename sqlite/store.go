@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -180,11 +179,11 @@ func (s *Store) outsideTx(ctx context.Context) (writeConn, error) {
 		restore, err = boundBusyWait(ctx, conn)
 	}
 	if err != nil {
-		if !strings.Contains(err.Error(), "within a transaction") {
+		if !inTransaction(err) {
 			rollback(conn) // a BEGIN or COMMIT that reports its context's end may have begun, or not committed
 		}
 		conn.Close()
-		if strings.Contains(err.Error(), "within a transaction") {
+		if inTransaction(err) {
 			return writeConn{}, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
 				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", err)
 		}
