@@ -234,6 +234,23 @@ func mysqlFollowBenchmark(dsn string) string {
 	return goBenchmark("./mysql", "HandoverFromFourStores", "12x", "LEADERSHIP_TEST_MYSQL_DSN="+dsn)
 }
 
+// closeManyBenchmarks runs each store's benchmark of a process closing
+// its flags at once, on the databases of targets.
+func closeManyBenchmarks(targets []target, o options) closeBenchmarks {
+	var c closeBenchmarks
+	for _, t := range targets {
+		switch t.kind {
+		case "postgres":
+			c.postgres = goBenchmark("./postgres", "CloseMany", "10x", "LEADERSHIP_TEST_POSTGRES_DSN="+t.dsn)
+		case "mysql":
+			c.mysql = goBenchmark("./mysql", "CloseMany", "10x", "LEADERSHIP_TEST_MYSQL_DSN="+o.my)
+		case "sqlite":
+			c.sqlite = goBenchmark("./sqlite", "CloseMany", "10x")
+		}
+	}
+	return c
+}
+
 // goBenchmark runs the benchmarks matching pattern of the root module's
 // package pkg three times with go test, when the go command and the root
 // module are at hand, with env added to the environment, and returns the

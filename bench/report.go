@@ -32,6 +32,7 @@ type report struct {
 	postgresBench      string // many flags of one PostgreSQL store
 	mysqlBench         string // many flags of one MySQL store
 	mysqlFollowBench   string // handovers to a MySQL store following four others
+	closeBench         closeBenchmarks
 	crash, graceful    []result
 	stall              []result
 	load               []loadRow
@@ -281,6 +282,8 @@ func (r *report) markdown() string {
 		p("")
 	}
 
+	b.WriteString(r.closeBench.section(""))
+
 	// timeline
 	p("## Timeline")
 	p("")
@@ -420,4 +423,63 @@ func loadRatios(rows []loadRow) string {
 	perSecond := func(v float64, l *loadRow) float64 { return v / l.lease.Seconds() }
 	return fmt.Sprintf("**Ours against the peer on PostgreSQL, per process:** at equal lease %.2f against %.2f statements per lease, a ratio of %.2f×; at equal worst-case crash failover %.3f against %.3f statements per second, a ratio of %.2f×.",
 		o, pl, o/pl, perSecond(o, ours), perSecond(pw, peerWorst), perSecond(o, ours)/perSecond(pw, peerWorst))
+}
+
+// closeBenchmarks are the outputs of the stores' benchmarks of a process
+// closing its 64 flags at once (BenchmarkCloseMany), for section 7.
+type closeBenchmarks struct {
+	postgres, mysql, sqlite string
+}
+
+// closeTitle is the heading of section 7, by which -close-only finds it.
+const closeTitle = "## 7. Many flags per process: Close of 64 and handover of each"
+
+// section is section 7 of the report, empty when no benchmark ran; run,
+// when not empty, says when and at what load it was measured (for a
+// section measured apart from the rest of the report, by -close-only).
+func (c closeBenchmarks) section(run string) string {
+	if c.postgres == "" && c.mysql == "" && c.sqlite == "" {
+		return ""
+	}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("%s", closeTitle)
+	p("")
+	p("A service that stops closes all its flags at once, each `Close` from its own goroutine. Each store's benchmark `BenchmarkCloseMany` (`go test -run '^$' -bench CloseMany -benchtime 10x -count 3 ./postgres ./mysql ./sqlite`, with the DSNs of the test servers) has one store (a process) lead n flags with default settings (lease 15 s) and a second store, on a pool of its own (another process), follow each of them; a round closes every flag of the leading store at once. close-ms is the median over the rounds of the time from the first `Close` call to the last one returning (every flag released), takeover-ms from the first `Close` call to the slowest follower raising, first-takeover-ms to the first follower raising, max-takeover-ms the slowest round's takeover. The roles then swap, new followers being built on the store that closed, its release hint (NOTIFY, the bell, the file watcher) waited for. `flags=1` is one flag; `release=one-by-one` sends each of the 64 releases on its own at once, as before releases were batched (a test hook: batches of one, no limit on those in flight); `release=batched` is the store as shipped: the releases due together travel in one statement (PostgreSQL), one transaction of four statements (MySQL/MariaDB, both modes) or one transaction (SQLite), the first alone. A follower takes over by its own acquire, sent when the release's notification arrives (by about the time the last `Close` returns); the 64 followers' acquires travel in two to four batches, one or two after the other, so takeover-ms is close-ms plus about two acquires of the followers' store, whose time on a server shared with other test suites varies (compare the takeover of `flags=1` across runs).")
+	if run != "" {
+		p("")
+		p("%s", run)
+	}
+	p("")
+	for _, sec := range []struct{ title, output string }{
+		{"PostgreSQL", c.postgres}, {"MySQL/MariaDB", c.mysql}, {"SQLite", c.sqlite},
+	} {
+		if sec.output == "" {
+			continue
+		}
+		p("### %s", sec.title)
+		p("")
+		p("```")
+		p("%s", sec.output)
+		p("```")
+		p("")
+	}
+	return b.String()
+}
+
+// replaceSection returns report with its section 7 replaced by section,
+// or section inserted before the timeline (at the end when there is
+// none) when report has no section 7.
+func replaceSection(report, section string) string {
+	if i := strings.Index(report, closeTitle); i >= 0 {
+		end := len(report)
+		if j := strings.Index(report[i+len(closeTitle):], "\n## "); j >= 0 {
+			end = i + len(closeTitle) + j + 1
+		}
+		return report[:i] + section + report[end:]
+	}
+	if i := strings.Index(report, "## Timeline"); i >= 0 {
+		return report[:i] + section + report[i:]
+	}
+	return report + "\n" + section
 }

@@ -35,6 +35,7 @@ func fixedReport(quick bool) *report {
 		postgresBench:    "BenchmarkZ 3 ns/op",
 		mysqlBench:       "BenchmarkW 4 ns/op",
 		mysqlFollowBench: "BenchmarkV 5 ns/op",
+		closeBench:       closeBenchmarks{postgres: "BenchmarkCloseMany/pg 6 close-ms", sqlite: "BenchmarkCloseMany/sqlite 7 close-ms"},
 		crash: []result{
 			{db: "postgres", impl: "ours", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms, 1601 * ms}},
 			{db: "postgres", impl: "peer", lease: 2 * time.Second, ds: []time.Duration{1500 * ms, 1700 * ms}, err: boom},
@@ -59,6 +60,7 @@ func fixedReport(quick bool) *report {
 	}
 	if quick {
 		r.rootBench, r.sqliteBench, r.postgresBench, r.mysqlBench, r.mysqlFollowBench, r.timeline = "", "", "", "", "", nil
+		r.closeBench = closeBenchmarks{}
 		r.scale, r.scaleErr = r.scale[:1], nil
 	}
 	return r
@@ -99,5 +101,31 @@ func TestRatiosDivideEachRepetitionByItsOwnBaseline(t *testing.T) {
 	want := []float64{1, 2}
 	if !slices.Equal(got, want) {
 		t.Errorf("ratios() = %v, want %v", got, want)
+	}
+}
+
+// TestCloseOnlyReplacesItsSectionAlone checks how -close-only writes
+// section 7 into an existing report: in place of the section 7 it has,
+// up to the next section, or before the timeline when it has none; the
+// rest of the report is kept as it was.
+func TestCloseOnlyReplacesItsSectionAlone(t *testing.T) {
+	section := closeBenchmarks{sqlite: "BenchmarkCloseMany 1 close-ms"}.section("Measured then.")
+	if !strings.HasPrefix(section, closeTitle+"\n") || !strings.Contains(section, "Measured then.") || !strings.Contains(section, "BenchmarkCloseMany 1 close-ms") {
+		t.Fatalf("section = %q", section)
+	}
+	without := "# B\n\n## 6. Many\n\nsix\n\n## Timeline\n\nend\n"
+	with := "# B\n\n## 6. Many\n\nsix\n\n" + section + "## Timeline\n\nend\n"
+	if got := replaceSection(without, section); got != with {
+		t.Errorf("into a report without section 7:\n%s\nwant\n%s", got, with)
+	}
+	old := strings.Replace(with, "BenchmarkCloseMany 1 close-ms", "old figures", 1)
+	if got := replaceSection(old, section); got != with {
+		t.Errorf("over an older section 7:\n%s\nwant\n%s", got, with)
+	}
+	if got := replaceSection("# B\n", section); got != "# B\n\n"+section {
+		t.Errorf("into a report without a timeline: %q", got)
+	}
+	if (closeBenchmarks{}).section("x") != "" {
+		t.Error("a section without figures should be empty")
 	}
 }

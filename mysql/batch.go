@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -47,23 +48,34 @@ const (
 	manyMissingFor = time.Minute
 )
 
-// newBatcher returns the batcher of s, in its mode.
-func (s *Store) newBatcher() *sqlstore.Batcher {
-	b := &sqlstore.Batcher{
-		Send:       s.sendBatch,
-		Describe:   func(name string, err error) error { return describe("acquire "+sqlstore.Quote(name), err) },
-		MaxSenders: maxSenders,
-		MaxBatch:   maxBatch,
-	}
+// newBatchers sets the batchers of s, in its mode.
+func (s *Store) newBatchers() {
+	s.acquires = sqlstore.NewAcquires(s.sendBatch,
+		func(name string, err error) error { return describe("acquire "+sqlstore.Quote(name), err) }, maxSenders, maxBatch)
 	if s.noRoutines {
-		b.MaxBatch = maxStatementBatch
+		s.acquires.MaxBatch = maxStatementBatch
 	}
-	return b
+	s.releases = sqlstore.NewReleases(s.sendReleases,
+		func(name string, err error) error { return describe("release "+sqlstore.Quote(name), err) }, maxSenders, maxBatch)
 }
+
+// MaxAcquireBatch is the most Acquire calls the store sends in one batch:
+// 512 in routine mode, 32 in statement mode.
+// It tells flags that the store batches: the holders of its flags renew
+// at ticks they share (see [leadership.FlagBuilder.RenewInterval]), in
+// groups of half a batch, so their renewals are due at one instant and
+// travel in a few batches per group (one CALL each in routine mode),
+// whatever the load, instead of batching only when attempts happen to
+// overlap.
+func (s *Store) MaxAcquireBatch() int { return s.acquires.MaxBatch }
+
+// RenewalTicks returns the grid of renewal ticks shared by the flags of
+// the store in this process (leadership.AcquireBatcher).
+func (s *Store) RenewalTicks() *leadership.RenewalTicks { return &s.ticks }
 
 // sendBatch decides the requests of batch, sorted by name, and returns
 // their results once they are committed.
-func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]leadership.Result, error) {
+func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.PendingAcquire) ([]leadership.Result, error) {
 	results := make([]leadership.Result, len(batch))
 	if s.noRoutines {
 		return results, s.acquireStatements(ctx, batch, results)
@@ -87,7 +99,7 @@ func (s *Store) sendBatch(ctx context.Context, batch []*sqlstore.Pending) ([]lea
 
 // acquireOneByOne sends the requests of batch one CALL of
 // leadership_acquire each, in order, each committed on its own.
-func (s *Store) acquireOneByOne(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
+func (s *Store) acquireOneByOne(ctx context.Context, batch []*sqlstore.PendingAcquire, results []leadership.Result) error {
 	for i, p := range batch {
 		if err := s.acquireCall(ctx, p.Req, &results[i]); err != nil {
 			return err
@@ -105,7 +117,7 @@ func leaseMicros(req leadership.Request) int64 {
 // acquireMany decides batch in one CALL of leadership_acquire_many,
 // retried once on a transient error (the procedure rolls everything back
 // on an error).
-func (s *Store) acquireMany(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
+func (s *Store) acquireMany(ctx context.Context, batch []*sqlstore.PendingAcquire, results []leadership.Result) error {
 	requests, err := encodeRequests(batch)
 	if err != nil {
 		return err
@@ -125,7 +137,7 @@ func (s *Store) acquireMany(ctx context.Context, batch []*sqlstore.Pending, resu
 
 // encodeRequests is the JSON array leadership_acquire_many takes:
 // [name, holder, version, lease_us] per request.
-func encodeRequests(batch []*sqlstore.Pending) (string, error) {
+func encodeRequests(batch []*sqlstore.PendingAcquire) (string, error) {
 	reqs := make([][4]any, len(batch))
 	for i, p := range batch {
 		reqs[i] = [4]any{p.Req.Name, p.Req.Holder, p.Req.Version, leaseMicros(p.Req)}
@@ -142,7 +154,7 @@ func encodeRequests(batch []*sqlstore.Pending) (string, error) {
 // scanAcquiredMany reads the reply of leadership_acquire_many into
 // results, and closes rows. As in scanAcquired, the reply is trusted only
 // once it has been read to its end.
-func scanAcquiredMany(rows *sql.Rows, batch []*sqlstore.Pending, results []leadership.Result) error {
+func scanAcquiredMany(rows *sql.Rows, batch []*sqlstore.PendingAcquire, results []leadership.Result) error {
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
@@ -221,4 +233,100 @@ func jsonInt(raw json.RawMessage) (int64, error) {
 		return 0, errors.New("not an integer: " + string(raw))
 	}
 	return n, nil
+}
+
+// releaseSQL ends the term (holder, version) of the flag name if it holds
+// the row: a release alone.
+const releaseSQL = `UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, ` + nowMicros + `)
+WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`
+
+// sendReleases ends the terms of batch, sorted by name, that still hold
+// their rows, in one transaction it commits (in either mode: no routine
+// is involved), and reports which it ended; then it records each release
+// (released: the terms the store leads, the holders' bells to ring) and
+// wakes this store's flags waiting on the rows it freed. A batch of one
+// is releaseSQL alone, in its transaction; a batch of several is
+// releaseInTx.
+func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelease) ([]bool, error) {
+	released := make([]bool, len(batch))
+	var err error
+	if len(batch) == 1 {
+		r := batch[0].Req
+		released[0], err = s.change(ctx, releaseSQL, r.Name, r.Holder, r.Version)
+	} else {
+		err = sqlstore.RetryOnce(ctx, transient, func() error {
+			clear(released)
+			return s.inTx(ctx, false, func(tx *sql.Tx) error { return releaseInTx(ctx, tx, batch, released) })
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range batch {
+		if released[i] {
+			s.hub.Notify(p.Req.Name)
+		}
+		s.released(p.Req.Name, p.Req.Holder, p.Req.Version, released[i])
+	}
+	return released, nil
+}
+
+// releaseInTx ends, in tx, the terms of batch (sorted by name) that hold
+// their rows, and marks them in released: it locks the rows of the
+// batch's names in the order of their names (as the acquire statements
+// lock rows, so the two never deadlock) and reads their terms, then ends
+// the terms that requests name in one UPDATE. Three statements besides
+// the transaction's START and COMMIT, whatever the batch's size. A
+// request for a term that an earlier request of the batch ended finds it
+// ended, as a release alone would.
+func releaseInTx(ctx context.Context, tx *sql.Tx, batch []*sqlstore.PendingRelease, released []bool) error {
+	var names []any
+	for i, p := range batch {
+		if i == 0 || p.Req.Name != batch[i-1].Req.Name {
+			names = append(names, p.Req.Name)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT name, holder, version FROM leadership_flags WHERE name IN (`+
+		placeholders(len(names))+`) ORDER BY name FOR UPDATE`, names...)
+	if err != nil {
+		return err
+	}
+	held := make(map[string]sqlstore.Release, len(names)) // the term holding each row
+	for rows.Next() {
+		var t sqlstore.Release
+		if err := rows.Scan(&t.Name, &t.Holder, &t.Version); err != nil {
+			rows.Close()
+			return err
+		}
+		held[t.Name] = t
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	var ended []any
+	for i, p := range batch {
+		if t, ok := held[p.Req.Name]; ok && t.Holder != "" && t == p.Req {
+			released[i] = true
+			delete(held, t.Name)
+			ended = append(ended, t.Name)
+		}
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
+WHERE holder <> '' AND name IN (`+placeholders(len(ended))+`)`, ended...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err == nil && n != int64(len(ended)) {
+		err = fmt.Errorf("the UPDATE of a batch of releases changed %d of the %d rows it had locked", n, len(ended))
+	}
+	return err
+}
+
+// placeholders is n question marks separated by commas.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testkit/batchtest"
 	"github.com/dbflag/leadership/internal/testkit/testdb"
+	"github.com/dbflag/leadership/internal/testkit/tickstest"
 	"github.com/dbflag/leadership/mysql"
 )
 
@@ -212,5 +213,79 @@ func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "")
+	})
+}
+
+// BenchmarkCloseMany closes every flag of a process at once, as a service
+// does at shutdown, and times until each is released and each follower in
+// another process has taken over (batchtest.BenchmarkCloseMany), in both
+// modes: one flag, and 64 with their releases sent one by one (as before
+// they were batched) and in batches (as shipped).
+func BenchmarkCloseMany(b *testing.B) {
+	for _, m := range modes {
+		for _, c := range []struct {
+			name     string
+			flags    int
+			oneByOne bool
+		}{{"flags=1", 1, false}, {"flags=64/release=one-by-one", 64, true}, {"flags=64/release=batched", 64, false}} {
+			b.Run(m.name+"/"+c.name, func(b *testing.B) {
+				dsn := freshDatabase(b, testdb.MySQL(b), nil)
+				batchtest.BenchmarkCloseMany(b, c.flags, func() leadership.Store {
+					s := newStore(b, openDB(b, dsn), m.opts...)
+					if err := s.Migrate(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					if c.oneByOne {
+						s.SetReleaseOneByOne()
+					}
+					return s
+				}, "close")
+			})
+		}
+	}
+}
+
+// TestHoldersOfOneStoreRenewInFewBatches checks that the holders of the
+// flags of one Store renew at shared ticks, sending their renewals in a
+// few batches per renew interval (tickstest), in both modes.
+func TestHoldersOfOneStoreRenewInFewBatches(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		s := newStore(t, openDB(t, freshDatabase(t, testdb.MySQL(t), nil)), opts...)
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		tickstest.HoldersRenewInFewBatches(t, s, "tick", s.BatchStats)
+	})
+}
+
+// TestReleasesSentTogetherKeepEveryRule sends releases as one transaction
+// and checks each by the rules of a release alone (batchtest), in both
+// modes.
+func TestReleasesSentTogetherKeepEveryRule(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		s, other := newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		batchtest.CheckReleaseRules(t, s, other, s.ReleaseTogether, "")
+	})
+}
+
+// TestClosingManyFlagsAtOnceReleasesThemTogether closes the 64 flags of a
+// process at once: their releases travel in a few transactions, and each
+// follower in another process is woken by the holder's bell (batchtest),
+// in both modes.
+func TestClosingManyFlagsAtOnceReleasesThemTogether(t *testing.T) {
+	t.Parallel()
+	inModes(t, func(t *testing.T, opts ...mysql.Option) {
+		dsn := freshDatabase(t, testdb.MySQL(t), nil)
+		a, b := newStore(t, openDB(t, dsn), opts...), newStore(t, openDB(t, dsn), opts...)
+		if err := a.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		batchtest.CheckCloseMany(t, a, b, "close", a.ReleaseStats)
 	})
 }

@@ -2,8 +2,10 @@ package mysql
 
 import (
 	"context"
+	"math"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/internal/testkit/batchtest"
 )
 
@@ -16,7 +18,7 @@ var BellName = bellName
 
 // BatchStats reports how many batches and statements the store has sent.
 func (s *Store) BatchStats() (batches, statements int64) {
-	batches, statements, _ = s.batch.Stats()
+	batches, statements, _ = s.acquires.Stats()
 	return batches, statements
 }
 
@@ -28,5 +30,23 @@ func (s *Store) SetCallPerFlag(on bool) { s.callPerFlag = on }
 // that queued together (sorted by name), and returns their results in
 // reqs' order.
 func (s *Store) AcquireTogether(ctx context.Context, reqs ...leadership.Request) ([]leadership.Result, error) {
-	return batchtest.SendTogether(ctx, s.sendBatch, reqs...)
+	return batchtest.SendTogether(ctx, s.acquires, reqs...)
 }
+
+// ReleaseStats reports how many batches and releases the store has sent.
+func (s *Store) ReleaseStats() (batches, releases int64) {
+	batches, releases, _ = s.releases.Stats()
+	return batches, releases
+}
+
+// ReleaseTogether sends the releases reqs as one batch, as the batcher
+// sends releases that queued together (sorted by name), and returns
+// whether each ended its term, in reqs' order.
+func (s *Store) ReleaseTogether(ctx context.Context, reqs ...sqlstore.Release) ([]bool, error) {
+	return batchtest.SendTogether(ctx, s.releases, reqs...)
+}
+
+// SetReleaseOneByOne makes the store send each release on its own, at
+// once, as before releases were batched: a test hook, for the benchmark
+// that compares the two. Call it before the store's first Release.
+func (s *Store) SetReleaseOneByOne() { s.releases.MaxBatch, s.releases.MaxSenders = 1, math.MaxInt }

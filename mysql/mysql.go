@@ -35,6 +35,11 @@
 // incarnation: restart it first, or run leadership quarantine
 // ([Store.Quarantine]) in the promotion hook.
 //
+// Releases due together (a process closing its flags at once) travel
+// likewise, in both modes: up to 512 in one transaction that locks their
+// rows in the order of the names and ends, in one UPDATE, the terms the
+// releases name, each as a release alone would.
+//
 // # Schema and privileges
 //
 // The tables leadership_flags, leadership_guard and leadership_incarnation,
@@ -94,8 +99,9 @@ type Store struct {
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
 
-	batch *sqlstore.Batcher       // batch.go
-	ticks leadership.RenewalTicks // ticks.go
+	acquires *sqlstore.Acquires      // batch.go
+	releases *sqlstore.Releases      // batch.go
+	ticks    leadership.RenewalTicks // batch.go
 	// manyMissingUntil (Unix nanoseconds): until then, batches are sent
 	// one CALL per request, leadership_acquire_many having been found
 	// missing or not executable.
@@ -164,7 +170,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	return s, nil
 }
 

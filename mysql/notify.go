@@ -24,7 +24,8 @@ const (
 	maxWaiters = 4                      // holder names followed at once (waiterRoom)
 	bellWait   = 5 * time.Minute        // a waiter's GET_LOCK: its statement while nothing is released
 	bellRetake = 2 * time.Second        // the bell's GET_LOCK after a ring, while the waiters pass it along
-	lookGap    = 100 * time.Millisecond // between two looks of a waiter: the cost of a flood of rings
+	lookGap    = 100 * time.Millisecond // between two looks of a waiter, after lookBurst: the cost of a flood of rings
+	lookBurst  = 3                      // looks at once: the rings of a process's releases in a few batches
 	// A waiter pauses after a bell nobody holds (silent…, growing
 	// fourfold) and after a failure (retryFirst, doubling); the bell
 	// tries again to take a bell held elsewhere after takeFirst, doubling.
@@ -222,6 +223,13 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // bell is the connection of ringBells and the bells it holds.
 type bell struct {
 	s          *Store
@@ -383,25 +391,27 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		conn            *sql.Conn
 		name            string
 		free            map[string]int64 // free rows at the last look: name → version
-		looked          time.Time
+		nextLook        time.Time        // when a look is due: one may come lookBurst−1 lookGaps earlier
 		waitFor, silent = bellWait, time.Duration(0)
 		backoff         = retryFirst
 	)
 	defer func() { closeConn(conn) }()
-	// look lists the free rows, at most once per lookGap, and wakes the
-	// flags waiting on a row free since the last look (a new (name,
-	// version) pair); at the first look, on every free row.
+	// look lists the free rows, up to lookBurst times at once (the rings
+	// of the releases of a process closing its flags: a few batches)
+	// and then once per lookGap, and wakes the flags waiting on a row
+	// free since the last look (a new (name, version) pair); at the first
+	// look, on every free row.
 	look := func() error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Until(looked.Add(lookGap))):
+		case <-time.After(time.Until(nextLook.Add(-(lookBurst - 1) * lookGap))):
 		}
 		s.watchStatements.Add(1)
 		now, err := sqlstore.FreeRows(ctx, conn)
 		if err == nil {
 			sqlstore.WakeFreed(&s.hub, free, now)
-			free, looked = now, time.Now()
+			free, nextLook = now, maxTime(nextLook, time.Now()).Add(lookGap)
 		}
 		return err
 	}

@@ -739,3 +739,62 @@ WHERE db = DATABASE() AND info LIKE 'SELECT CASE WHEN IS_USED_LOCK(%' AND state 
 		}
 	}
 }
+
+// TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce releases
+// three flags of one holder 10 ms apart, as a process closing its flags
+// releases them in a few batches, each ringing the bell, while a store of
+// another process follows the three: each ring makes the waiter look, so
+// each follower is woken soon after its release. A waiter spacing every
+// look 0.1 s after the last one woke the second and third only 0.1 s
+// after the first look.
+func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	ctx := context.Background()
+	leading, following := newStore(t, openDB(t, dsn)), newStore(t, openDB(t, dsn))
+	if err := leading.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"first", "second", "third"}
+	versions := make([]int64, len(names))
+	woken := make([]<-chan struct{}, len(names))
+	for i, n := range names {
+		res, err := leading.Acquire(ctx, leadership.Request{Name: n, Holder: "p", Lease: time.Minute})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s = %+v, %v", n, res, err)
+		}
+		versions[i] = res.Version
+		ch, stop := following.NotifyReleases(n)
+		t.Cleanup(stop)
+		woken[i] = ch
+		if lost, err := following.Acquire(ctx, leadership.Request{Name: n, Holder: "f", Lease: time.Minute}); err != nil || lost.Acquired {
+			t.Fatalf("the follower's Acquire of %s = %+v, %v; want a loss to p", n, lost, err)
+		}
+	}
+	bellConnection(t, openDB(t, dsn), "p")
+	waitsOnBells(t, openDB(t, dsn), 1)
+	for _, ch := range woken { // the first look woke nothing: no row was free
+		select {
+		case <-ch:
+		default:
+		}
+	}
+	released := make([]time.Time, len(names))
+	for i, n := range names {
+		if i > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		released[i] = time.Now()
+		if ok, err := leading.Release(ctx, n, "p", versions[i]); err != nil || !ok {
+			t.Fatalf("Release %s = %v, %v", n, ok, err)
+		}
+	}
+	for i, ch := range woken {
+		select {
+		case <-ch:
+			t.Logf("%s: woken %v after the first release, %v after its own", names[i], time.Since(released[0]), time.Since(released[i]))
+		case <-time.After(time.Until(released[0].Add(80 * time.Millisecond))):
+			t.Fatalf("%s: not woken 80 ms after the first release", names[i])
+		}
+	}
+}

@@ -177,7 +177,7 @@ const guardPasses = 3
 // statement recording a new incarnation or a longer lease waits, and,
 // behind an exclusive lock, so does every acquire's re-read, up to
 // innodb_lock_wait_timeout each.
-func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.Pending, results []leadership.Result) error {
+func (s *Store) acquireStatements(ctx context.Context, batch []*sqlstore.PendingAcquire, results []leadership.Result) error {
 	st, err := s.statements(ctx)
 	if err != nil {
 		return err

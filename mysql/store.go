@@ -20,7 +20,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
-	res, err := s.batch.Acquire(ctx, req)
+	res, err := s.acquires.Do(ctx, req)
 	if err == nil {
 		s.observe(req, res)
 	}
@@ -96,20 +96,16 @@ func (s *Store) prepare(ctx context.Context, stmt **sql.Stmt, query string) (*sq
 	return *stmt, nil
 }
 
-// Release implements [leadership.Store.Release].
+// Release implements [leadership.Store.Release]. The releases of flags
+// of one Store that are due together share a transaction (see batch.go).
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	// holder always changes, so "rows affected" means the same with and
-	// without clientFoundRows.
-	changed, err := s.change(ctx, "release "+sqlstore.Quote(name), name, `
-UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, `+nowMicros+`)
-WHERE name = ? AND holder = ? AND holder <> '' AND version = ?`, name, holder, version)
-	if err == nil {
-		s.released(name, holder, version, changed) // rings the holder's bell
+	if err := leadership.ValidateName("holder", holder); err != nil {
+		return false, err
 	}
-	return changed, err
+	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
 }
 
 // Evict implements [leadership.Store.Evict].
@@ -117,14 +113,20 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.change(ctx, "evict "+sqlstore.Quote(name), name,
-		`UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
+	changed, err := s.change(ctx, `UPDATE leadership_flags SET holder = '' WHERE name = ? AND holder <> ''`, name)
+	if err != nil {
+		return false, describe("evict "+sqlstore.Quote(name), err)
+	}
+	if changed {
+		s.hub.Notify(name)
+	}
+	return changed, nil
 }
 
-// change runs an UPDATE of the row of name in a transaction it commits
-// (see Autocommit in the package documentation), reports whether it
-// changed the row and, if so, wakes this process's flags waiting for name.
-func (s *Store) change(ctx context.Context, what, name, query string, args ...any) (bool, error) {
+// change runs an UPDATE of one row in a transaction it commits (see
+// Autocommit in the package documentation), retried once on a transient
+// error, and reports whether it changed the row.
+func (s *Store) change(ctx context.Context, query string, args ...any) (bool, error) {
 	var n int64
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.inTx(ctx, false, func(tx *sql.Tx) error {
@@ -136,13 +138,7 @@ func (s *Store) change(ctx context.Context, what, name, query string, args ...an
 			return err
 		})
 	})
-	if err != nil {
-		return false, describe(what, err)
-	}
-	if n > 0 {
-		s.hub.Notify(name)
-	}
-	return n > 0, nil
+	return n > 0, err
 }
 
 // inTx runs fn in a transaction of its own and commits it. START

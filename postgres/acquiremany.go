@@ -70,7 +70,7 @@ WHERE now() < g.hold_until AND NOT EXISTS (SELECT FROM up WHERE up.name = q.name
 // the k-th request of a name goes into the k-th run, so the runs, sent one
 // after the other in one transaction, decide the requests of a name in
 // the batch's order. Each run is a slice of positions in batch.
-func distinctRuns(batch []*sqlstore.Pending) [][]int {
+func distinctRuns(batch []*sqlstore.PendingAcquire) [][]int {
 	var out [][]int
 	k := 0
 	for i, p := range batch {
@@ -89,7 +89,7 @@ func distinctRuns(batch []*sqlstore.Pending) [][]int {
 
 // acquireManyArgs returns the arguments of acquireManySQL for the requests
 // of batch at positions run.
-func acquireManyArgs(batch []*sqlstore.Pending, run []int) []any {
+func acquireManyArgs(batch []*sqlstore.PendingAcquire, run []int) []any {
 	names := make([]string, len(run))
 	holders := make([]string, len(run))
 	leases := make([]int64, len(run))
@@ -131,7 +131,7 @@ func writeJSONString(b *strings.Builder, s string) {
 // scanAcquireMany reads the result rows of one acquireManySQL statement
 // into results, at the positions run names; a request without a row gets
 // the result of a loss whose row was not visible yet.
-func scanAcquireMany(rows pgx.Rows, batch []*sqlstore.Pending, run []int, results []leadership.Result) error {
+func scanAcquireMany(rows pgx.Rows, batch []*sqlstore.PendingAcquire, run []int, results []leadership.Result) error {
 	seen := make([]bool, len(run))
 	for rows.Next() {
 		var (

@@ -10,6 +10,8 @@ import (
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testkit/batchtest"
 	"github.com/dbflag/leadership/internal/testkit/testdb"
+	"github.com/dbflag/leadership/internal/testkit/tickstest"
+	"github.com/dbflag/leadership/postgres"
 )
 
 // TestBatchedAttemptsKeepEveryRule sends the attempts of many flags of two
@@ -168,4 +170,76 @@ func migrated(t *testing.T, dsn string) string {
 		t.Fatal(err)
 	}
 	return dsn
+}
+
+// BenchmarkCloseMany closes every flag of a process at once, as a service
+// does at shutdown, and times until each is released and each follower in
+// another process has taken over (batchtest.BenchmarkCloseMany), on pools
+// of postgres.Open: one flag, and 64 with their releases sent one by one
+// (as before they were batched) and in batches (as shipped).
+func BenchmarkCloseMany(b *testing.B) {
+	dsn := schemaDSN(b, testdb.Postgres(b))
+	for _, c := range closeManyCases {
+		b.Run(c.name, func(b *testing.B) {
+			batchtest.BenchmarkCloseMany(b, c.flags, func() leadership.Store {
+				pool, err := postgres.Open(context.Background(), dsn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(pool.Close)
+				s := newStore(b, pool)
+				if err := s.Migrate(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if c.oneByOne {
+					s.SetReleaseOneByOne()
+				}
+				return s
+			}, "close-"+randomHex())
+		})
+	}
+}
+
+// closeManyCases are the cases of BenchmarkCloseMany.
+var closeManyCases = []struct {
+	name     string
+	flags    int
+	oneByOne bool
+}{{"flags=1", 1, false}, {"flags=64/release=one-by-one", 64, true}, {"flags=64/release=batched", 64, false}}
+
+// TestHoldersOfOneStoreRenewInFewBatches checks that the holders of the
+// flags of one Store renew at shared ticks, sending their renewals in a
+// few batches per renew interval (tickstest).
+func TestHoldersOfOneStoreRenewInFewBatches(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, schemaDSN(t, testdb.Postgres(t))))
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tickstest.HoldersRenewInFewBatches(t, s, "tick-"+randomHex(), s.BatchStats)
+}
+
+// TestReleasesSentTogetherKeepEveryRule sends releases as one statement
+// and checks each by the rules of a release alone (batchtest).
+func TestReleasesSentTogetherKeepEveryRule(t *testing.T) {
+	t.Parallel()
+	dsn := schemaDSN(t, testdb.Postgres(t))
+	s, other := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	batchtest.CheckReleaseRules(t, s, other, s.ReleaseTogether, "")
+}
+
+// TestClosingManyFlagsAtOnceReleasesThemTogether closes the 64 flags of a
+// process at once: their releases travel in a few statements, and each
+// follower in another process is woken by its row's NOTIFY (batchtest).
+func TestClosingManyFlagsAtOnceReleasesThemTogether(t *testing.T) {
+	t.Parallel()
+	dsn := schemaDSN(t, testdb.Postgres(t))
+	a, b := newStore(t, newPool(t, dsn)), newStore(t, newPool(t, dsn))
+	if err := a.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	batchtest.CheckCloseMany(t, a, b, "close", a.ReleaseStats)
 }

@@ -37,7 +37,10 @@
 // # Notifications
 //
 // Release and Evict send, in the same statement, NOTIFY on the channel
-// [Channel] with the JSON payload {"schema": …, "name": …}. Each Store keeps
+// [Channel] with the JSON payload {"schema": …, "name": …}; the releases
+// of flags of one Store that are due together (a process closing its
+// flags) travel in one statement, which ends each term it names that
+// still holds its row and notifies each (BENCHMARKS.md §7). Each Store keeps
 // one LISTEN connection (taken out of the pool) for all the flags of the
 // process, while any of them waits, and wakes the flags of the named flag
 // at once: a graceful handover completes in milliseconds. The payload names
@@ -94,8 +97,9 @@ type Store struct {
 	noListen  bool        // WithoutNotifications
 	delivered atomic.Bool // the listener's probe arrived on its current connection
 	migrated  schema.Once
-	batch     *sqlstore.Batcher       // batch.go
-	ticks     leadership.RenewalTicks // ticks.go
+	acquires  *sqlstore.Acquires      // batch.go
+	releases  *sqlstore.Releases      // batch.go
+	ticks     leadership.RenewalTicks // batch.go
 	// statementPerFlag sends a batch as one acquireSQL statement per
 	// request (each a run of its own), as before acquireManySQL: a test
 	// hook, for the benchmark that compares the two.
@@ -138,7 +142,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: postgres.New: pool is nil", leadership.ErrInvalidArgument)
 	}
 	s := &Store{pool: pool}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	s.hub.Watch = s.listen // notify.go
 	for _, o := range opts {
 		o(s)

@@ -9,14 +9,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/internal/testkit/testdb"
 )
 
-// TestReleaseLeavesSessionAsFound releases on a pool of one connection and
-// checks that the release prepared no statement there (it is sent in one
-// round trip, not prepared first: a process releases a flag about once)
-// and that its asynchronous commit did not leak into the session's
-// synchronous_commit, which later statements (the acquire) rely on.
+// TestReleaseLeavesSessionAsFound releases on a pool of one connection,
+// a release alone and two sent together, and checks that the releases
+// prepared no statement there (each is sent in one round trip, not
+// prepared first: a process releases a flag about once) and that their
+// asynchronous commit did not leak into the session's synchronous_commit,
+// which later statements (the acquire) rely on.
 func TestReleaseLeavesSessionAsFound(t *testing.T) {
 	t.Parallel()
 	dsn := schemaDSN(t, testdb.Postgres(t))
@@ -46,6 +48,18 @@ func TestReleaseLeavesSessionAsFound(t *testing.T) {
 	released, err := s.Release(ctx, "release-session", "a", res.Version)
 	if err != nil || !released {
 		t.Fatalf("Release = %v, %v; want released", released, err)
+	}
+	// Releases sent together: one statement over arrays, sent likewise.
+	var together []sqlstore.Release
+	for _, n := range []string{"together-1", "together-2"} {
+		r, err := s.Acquire(ctx, leadership.Request{Name: n, Holder: "a", Lease: time.Minute})
+		if err != nil || !r.Acquired {
+			t.Fatalf("Acquire %s = %+v, %v", n, r, err)
+		}
+		together = append(together, sqlstore.Release{Name: n, Holder: "a", Version: r.Version})
+	}
+	if got, err := s.ReleaseTogether(ctx, together...); err != nil || !got[0] || !got[1] {
+		t.Fatalf("ReleaseTogether = %v, %v; want both released", got, err)
 	}
 	var prepared int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%pg_notify%'`,

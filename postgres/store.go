@@ -126,67 +126,83 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
-	return s.batch.Acquire(ctx, req)
+	return s.acquires.Do(ctx, req)
 }
 
-// Release implements [leadership.Store.Release]. The flag was lowered
-// before the call, so the release only hastens a follower, and it is
-// committed asynchronously (synchronous_commit off for its own
-// transaction; the session's setting is untouched): the NOTIFY, delivered
-// at commit, does not wait for the WAL flush. A release lost in a crash
-// of the server is a term that expires after its lease, as if the process
-// had crashed; a follower's acquire, committed synchronously after the
-// release, flushes the release with it.
+// Release implements [leadership.Store.Release]. The releases of flags
+// of one Store that are due together travel in one statement (see
+// batch.go). The flag was lowered before the call, so the release only
+// hastens a follower, and it is committed asynchronously
+// (synchronous_commit off for its own transaction; the session's setting
+// is untouched): the NOTIFY, delivered at commit, does not wait for the
+// WAL flush. A release lost in a crash of the server is a term that
+// expires after its lease, as if the process had crashed; a follower's
+// acquire, committed synchronously after the release, flushes the release
+// with it.
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.changeAndNotify(ctx, "release "+sqlstore.Quote(name), `
+	if err := leadership.ValidateName("holder", holder); err != nil {
+		return false, err
+	}
+	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
+}
+
+// releaseSQL ends the term ($2, $3) of the flag $1 if it holds the row,
+// and notifies the release: a release alone.
+const releaseSQL = `
 WITH changed AS (
     UPDATE leadership_flags SET holder = '', expires_at = LEAST(expires_at, now())
     WHERE name = $1 AND holder = $2 AND holder <> '' AND version = $3
     RETURNING name
 )
-SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'name', name)::text)
-FROM changed, set_config('synchronous_commit', 'off', true)`,
-		name, holder, version)
-}
+SELECT pg_notify('` + Channel + `', json_build_object('schema', current_schema(), 'name', name)::text)
+FROM changed, set_config('synchronous_commit', 'off', true)`
 
 // Evict implements [leadership.Store.Evict].
 func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.changeAndNotify(ctx, "evict "+sqlstore.Quote(name), `
+	n, err := s.changeAndNotify(ctx, `
 WITH changed AS (
     UPDATE leadership_flags SET holder = '' WHERE name = $1 AND holder <> '' RETURNING name
 )
 SELECT pg_notify('`+Channel+`', json_build_object('schema', current_schema(), 'name', name)::text) FROM changed`,
 		name)
+	if err != nil {
+		return false, describe("evict "+sqlstore.Quote(name), err)
+	}
+	return n > 0, nil
 }
 
 // changeAndNotify runs an UPDATE that notifies each row it changed and
-// reports whether it changed one. A process runs it about once per flag,
-// so it is not prepared: on a connection that caches statements (pgx's
-// default) it is sent in the exec mode, parse, bind and execute in one
-// round trip, instead of a round trip to prepare it first.
-func (s *Store) changeAndNotify(ctx context.Context, what, sql string, args ...any) (bool, error) {
+// returns how many rows it changed, retried once on a transient error.
+// A process runs it about once per flag, so it is not prepared (see
+// oneRoundTrip).
+func (s *Store) changeAndNotify(ctx context.Context, sql string, args ...any) (int64, error) {
 	var tag pgconn.CommandTag // SELECT n: one row per notified change
 	err := sqlstore.RetryOnce(ctx, transient, func() error {
 		return s.committed(ctx, func(conn *pgx.Conn) (err error) {
-			switch conn.Config().DefaultQueryExecMode {
-			case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
-				tag, err = conn.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
-			default: // the mode the DSN chose for a pooler
-				tag, err = conn.Exec(ctx, sql, args...)
-			}
+			tag, err = conn.Exec(ctx, sql, oneRoundTrip(conn, args)...)
 			return err
 		})
 	})
-	if err != nil {
-		return false, describe(what, err)
+	return tag.RowsAffected(), err
+}
+
+// oneRoundTrip returns args for a statement sent about once per flag: on
+// a connection that caches statements (pgx's default) it is sent in the
+// exec mode, parse, bind and execute in one round trip, instead of a
+// round trip to prepare it first; otherwise in the mode the DSN chose
+// (for a pooler).
+func oneRoundTrip(conn *pgx.Conn, args []any) []any {
+	switch conn.Config().DefaultQueryExecMode {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+		return append([]any{pgx.QueryExecModeExec}, args...)
 	}
-	return tag.RowsAffected() > 0, nil
+	return args
 }
 
 // committed runs fn, one statement, on a connection of the pool, and fails

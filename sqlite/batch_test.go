@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/sqlstore"
 	"github.com/dbflag/leadership/internal/testkit/batchtest"
+	"github.com/dbflag/leadership/internal/testkit/tickstest"
 	"github.com/dbflag/leadership/sqlite"
 )
 
@@ -195,4 +198,153 @@ func TestARowAtTheLargestVersionFailsAloneInItsBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, "")
+}
+
+// BenchmarkCloseMany closes every flag of a process at once, as a service
+// does at shutdown, and times until each is released and each follower in
+// another process (a store on a pool of its own, woken by its file
+// watcher) has taken over (batchtest.BenchmarkCloseMany), on one database
+// file: one flag, and 64 with their releases sent one by one (as before
+// they were batched) and in batches (as shipped).
+func BenchmarkCloseMany(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		flags    int
+		oneByOne bool
+	}{{"flags=1", 1, false}, {"flags=64/release=one-by-one", 64, true}, {"flags=64/release=batched", 64, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "flags.db")
+			batchtest.BenchmarkCloseMany(b, c.flags, func() leadership.Store {
+				db, err := sqlite.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { db.Close() })
+				s := newStore(b, db)
+				if err := s.Migrate(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if c.oneByOne {
+					s.SetReleaseOneByOne()
+				}
+				return s
+			}, "close")
+		})
+	}
+}
+
+// TestHoldersOfOneStoreRenewInFewTransactions checks that the holders of
+// the flags of one Store renew at shared ticks, committing their renewals
+// in a few transactions per renew interval (tickstest).
+func TestHoldersOfOneStoreRenewInFewTransactions(t *testing.T) {
+	t.Parallel()
+	s := openFile(t)
+	tickstest.HoldersRenewInFewBatches(t, s, "tick", s.BatchStats)
+}
+
+// TestABatchWhoseContextEndsAsItBeginsLeavesNoTransactionOpen sends a
+// batch of two acquires, and one of two releases, with a deadline of
+// 150 ms while another connection holds the write lock, and lets the lock
+// go just before the deadline, until the batch's BEGIN IMMEDIATE has met
+// the deadline 20 times: when it takes the lock as the deadline passes,
+// the driver reports the context's end although the transaction began.
+// The batch must end the transaction it may have begun: a connection
+// returned to the pool inside it keeps the file's write lock, so that no
+// other process can write until the store uses that connection again,
+// and every use of it fails ("cannot start a transaction within a
+// transaction").
+func TestABatchWhoseContextEndsAsItBeginsLeavesNoTransactionOpen(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"acquires", "releases"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s, path := openFileAt(t)
+			bg := context.Background()
+			other, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			lock, err := other.Conn(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Close()
+			terms := batchtest.AcquireAll(t, s, []string{"a", "b"})
+			for met, i := 0, 0; met < 20; i++ {
+				if i == 200 {
+					t.Skipf("the batch met its deadline in BEGIN %d times in %d tries", met, i)
+				}
+				if _, err := lock.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
+				done := make(chan error, 1)
+				go func() {
+					var err error
+					if kind == "acquires" {
+						_, err = s.AcquireTogether(ctx,
+							leadership.Request{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version, Lease: time.Minute},
+							leadership.Request{Name: "b", Holder: batchtest.Holder, Version: terms[1].Version, Lease: time.Minute})
+					} else {
+						_, err = s.ReleaseTogether(ctx,
+							sqlstore.Release{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version + 1},
+							sqlstore.Release{Name: "b", Holder: batchtest.Holder, Version: terms[1].Version + 1})
+					}
+					done <- err
+				}()
+				time.Sleep(time.Duration(135+i%15) * time.Millisecond)
+				if _, err := lock.ExecContext(bg, "COMMIT"); err != nil {
+					t.Fatal(err)
+				}
+				err := <-done
+				cancel()
+				if err != nil && strings.Contains(err.Error(), "begin a transaction") {
+					met++
+				}
+				wctx, cancelWrite := context.WithTimeout(bg, time.Second)
+				_, err = lock.ExecContext(wctx, "BEGIN IMMEDIATE")
+				cancelWrite()
+				if err != nil {
+					t.Fatalf("try %d: another connection cannot take the write lock after the batch returned: %v", i, err)
+				}
+				if _, err := lock.ExecContext(bg, "ROLLBACK"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+			defer cancel()
+			if _, err := s.Acquire(ctx, leadership.Request{Name: "a", Holder: batchtest.Holder, Version: terms[0].Version, Lease: time.Minute}); err != nil {
+				t.Fatalf("the store's next attempt failed: %v", err)
+			}
+		})
+	}
+}
+
+// TestReleasesSentTogetherKeepEveryRule sends releases as one transaction
+// and checks each by the rules of a release alone (batchtest).
+func TestReleasesSentTogetherKeepEveryRule(t *testing.T) {
+	t.Parallel()
+	s, path := openFileAt(t)
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchtest.CheckReleaseRules(t, s, newStore(t, db), s.ReleaseTogether, "")
+}
+
+// TestClosingManyFlagsAtOnceReleasesThemTogether closes the 64 flags of a
+// process at once: their releases share a few transactions, and each
+// follower in another process (a store on a pool of its own) is woken by
+// its file watcher (batchtest).
+func TestClosingManyFlagsAtOnceReleasesThemTogether(t *testing.T) {
+	t.Parallel()
+	a, path := openFileAt(t)
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchtest.CheckCloseMany(t, a, newStore(t, db), "close", a.ReleaseStats)
 }

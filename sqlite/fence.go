@@ -94,11 +94,3 @@ func RunFenced(ctx context.Context, db *sql.DB, leader leadership.Leader, fn fun
 	fence := func(ctx context.Context, tx *sql.Tx) error { return Fence(ctx, tx, leader) }
 	return sqlstore.RunFencedTx(ctx, db, busy, fence, fn)
 }
-
-// busy reports whether err is SQLITE_BUSY or one of its extended codes
-// (SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY), read through the
-// interface modernc.org/sqlite's *Error implements.
-func busy(err error) bool {
-	var e interface{ Code() int }
-	return errors.As(err, &e) && e.Code()&0xff == 5
-}

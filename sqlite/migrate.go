@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"strings"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4/source"
@@ -163,7 +162,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (version uint, dirty bool, er
 	version, dirty, err = sqlstore.Version(func(dest ...any) error {
 		return s.db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrations.MigrationsTable+` LIMIT 1`).Scan(dest...)
 	}, func(err error) bool {
-		return errors.Is(err, sql.ErrNoRows) || strings.Contains(err.Error(), "no such table")
+		return errors.Is(err, sql.ErrNoRows) || noTable(err)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("sqlite: read schema version: %w", err)

@@ -42,7 +42,8 @@
 // Acquire-or-renew is one conditional INSERT … ON CONFLICT DO UPDATE …
 // WHERE … RETURNING statement. Every write commits before its result is
 // returned; the attempts of flags of one Store that are due together share
-// one transaction (BEGIN IMMEDIATE … COMMIT). A connection already inside
+// one transaction (BEGIN IMMEDIATE … COMMIT), and so do the releases
+// of flags closed together. A connection already inside
 // a transaction is refused. A process stopped inside one of its writes
 // keeps the others waiting for SQLite's write lock until it resumes or
 // dies: failover is delayed, never made unsafe.
@@ -85,8 +86,9 @@ type Store struct {
 	hub      notify.Hub
 	tb       *timebase
 	migrated schema.Once
-	batch    *sqlstore.Batcher       // batch.go
-	ticks    leadership.RenewalTicks // ticks.go
+	acquires *sqlstore.Acquires      // batch.go
+	releases *sqlstore.Releases      // batch.go
+	ticks    leadership.RenewalTicks // batch.go
 	watching atomic.Bool             // the watcher watches the file: HintsOtherProcesses
 }
 
@@ -114,7 +116,7 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 		}
 	}
 	s := &Store{db: db, tb: tb}
-	s.batch = s.newBatcher()
+	s.newBatchers()
 	s.hub.Watch = s.watch // notify.go
 	return s, nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dbflag/leadership"
@@ -18,7 +17,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 	if err := req.Validate(); err != nil {
 		return leadership.Result{}, err
 	}
-	return s.batch.Acquire(ctx, req)
+	return s.acquires.Do(ctx, req)
 }
 
 // acquireOn runs the acquire statement of req on conn, and the read of
@@ -82,15 +81,31 @@ FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
 	return leadership.Result{Record: s.tb.record(req.Name, r, now), Now: s.tb.at(now.host)}, nil
 }
 
-// Release implements [leadership.Store.Release].
+// Release implements [leadership.Store.Release]. The releases of flags
+// of one Store that are due together share a transaction (see batch.go).
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.update(ctx, "release", name, clockCTE(4)+`UPDATE leadership_flags
+	if err := leadership.ValidateName("holder", holder); err != nil {
+		return false, err
+	}
+	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
+}
+
+// releaseOn ends the term of r on conn if it holds the row, and reports
+// whether it did: in the connection's transaction or, outside one, on its
+// own.
+func (s *Store) releaseOn(ctx context.Context, conn *sql.Conn, r sqlstore.Release) (bool, error) {
+	res, err := conn.ExecContext(ctx, clockCTE(4)+`UPDATE leadership_flags
 SET holder = '', expires_at = MIN(expires_at, c.wall), host_expires_at = MIN(host_expires_at, c.host),
     host_writes = host_writes + 1
-FROM c WHERE name = ?1 AND holder = ?2 AND holder <> '' AND version = ?3`, name, holder, version, s.tb.key)
+FROM c WHERE name = ?1 AND holder = ?2 AND holder <> '' AND version = ?3`, r.Name, r.Holder, r.Version, s.tb.key)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // Evict implements [leadership.Store.Evict].
@@ -98,8 +113,24 @@ func (s *Store) Evict(ctx context.Context, name string) (bool, error) {
 	if err := leadership.ValidateName("name", name); err != nil {
 		return false, err
 	}
-	return s.update(ctx, "evict", name, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
+	conn, err := s.conn(ctx, "evict", name)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	r, err := conn.ExecContext(ctx, `UPDATE leadership_flags SET holder = '', host_writes = host_writes + 1
 WHERE name = ? AND holder <> ''`, name)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: evict %q: %w", name, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlite: evict %q: rows affected: %w", name, err)
+	}
+	if n > 0 {
+		s.hub.Notify(name)
+	}
+	return n > 0, nil
 }
 
 // conn returns a connection of the store's pool for one write of the flag
@@ -148,37 +179,17 @@ func (s *Store) outsideTx(ctx context.Context) (writeConn, error) {
 		restore, err = boundBusyWait(ctx, conn)
 	}
 	if err != nil {
+		if !inTransaction(err) {
+			rollback(conn) // a BEGIN or COMMIT that reports its context's end may have begun, or not committed
+		}
 		conn.Close()
-		if strings.Contains(err.Error(), "within a transaction") {
+		if inTransaction(err) {
 			return writeConn{}, fmt.Errorf("the connection is already inside a transaction, so the write would not commit; "+
 				"give the store a *sql.DB whose connections start outside a transaction (no BEGIN in a connection hook or DSN): %w", err)
 		}
 		return writeConn{}, fmt.Errorf("check the connection is outside a transaction, and bound its busy wait: %w", err)
 	}
 	return writeConn{conn, restore}, nil
-}
-
-// update runs the UPDATE query of a release or an eviction of name,
-// reports whether it changed a row and, if so, wakes the flags of this
-// store waiting on name.
-func (s *Store) update(ctx context.Context, what, name, query string, args ...any) (bool, error) {
-	conn, err := s.conn(ctx, what, name)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
-	r, err := conn.ExecContext(ctx, query, args...)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: %s %q: %w", what, name, err)
-	}
-	n, err := r.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("sqlite: %s %q: rows affected: %w", what, name, err)
-	}
-	if n > 0 {
-		s.hub.Notify(name)
-	}
-	return n > 0, nil
 }
 
 // Flags implements [leadership.Store.Flags]. A row it cannot read (text

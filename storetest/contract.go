@@ -324,6 +324,10 @@ func runContract(t *testing.T, open Open) {
 		t.Parallel()
 		checkConcurrentNames(t, open)
 	})
+	t.Run("ReleasesOfOneStoreAtOnce", func(t *testing.T) {
+		t.Parallel()
+		checkReleasesAtOnce(t, open)
+	})
 	t.Run("FlagsListsRows", func(t *testing.T) {
 		t.Parallel()
 		base := uniqueName(t)

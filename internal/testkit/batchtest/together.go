@@ -4,26 +4,24 @@ import (
 	"context"
 	"slices"
 
-	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
 )
 
-// SendTogether sends reqs through send as one batch, as a Batcher sends
-// requests that queued together (sorted by name), and returns their
-// results in reqs' order: for tests of a store's Send (its
-// sqlstore.Batcher.Send).
-func SendTogether(ctx context.Context, send func(context.Context, []*sqlstore.Pending) ([]leadership.Result, error), reqs ...leadership.Request) ([]leadership.Result, error) {
-	batch := make([]*sqlstore.Pending, len(reqs))
+// SendTogether sends reqs through b.Send as one batch, as b sends requests
+// that queued together (sorted by name), and returns their results in
+// reqs' order: for tests of a store's Send.
+func SendTogether[Req, Res any](ctx context.Context, b *sqlstore.Batcher[Req, Res], reqs ...Req) ([]Res, error) {
+	batch := make([]*sqlstore.Pending[Req, Res], len(reqs))
 	for i, r := range reqs {
-		batch[i] = &sqlstore.Pending{Ctx: ctx, Req: r}
+		batch[i] = &sqlstore.Pending[Req, Res]{Ctx: ctx, Req: r}
 	}
 	sorted := slices.Clone(batch)
-	sqlstore.SortByName(sorted)
-	results, err := send(ctx, sorted)
+	sqlstore.SortByName(sorted, b.Name)
+	results, err := b.Send(ctx, sorted)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]leadership.Result, len(reqs))
+	out := make([]Res, len(reqs))
 	for i, p := range sorted {
 		out[slices.Index(batch, p)] = results[i]
 	}
