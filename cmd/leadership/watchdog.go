@@ -340,7 +340,7 @@ func (w *watchdog) begin(deadline int64, token string) {
 		w.report("late")
 		return
 	}
-	code, err := w.start(w.argv, append(os.Environ(), "LEADERSHIP_TOKEN="+token))
+	code, err := w.start(w.argv, withEnv(os.Environ(), "LEADERSHIP_TOKEN="+token))
 	if err != nil {
 		w.report("failed %d %v", code, err)
 		return
