@@ -37,7 +37,8 @@ import (
 // through the cgroup the command runs in (--cgroup, see cgroup.go), else
 // by sweeps of /proc (killDescendants).
 // Before it judges the deadline it reads every message already in the
-// pipe, so an extension run wrote before the deadline is never missed.
+// pipe, so an extension is never missed while the deadline is ahead; once
+// it has passed, no extension is accepted.
 // When the command exits by itself the rest of its tree is stopped the
 // same way. It reports to run once the tree is gone, and exits.
 //
@@ -370,6 +371,10 @@ func (w *watchdog) handle(m string) {
 	if !w.started {
 		return
 	}
+	// Past the deadline the tree must die, whatever run says now: an
+	// extension read late (from a starved run, or of another term) is
+	// refused, and the lateness reported.
+	w.checkDeadline(monoNow())
 	switch verb {
 	case "deadline":
 		if ns, err := strconv.ParseInt(arg, 10, 64); err == nil && !w.stopping {
