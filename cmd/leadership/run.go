@@ -64,10 +64,11 @@ with 128+N.
 Not covered: run and its watchdog both killed or both stopped (if the
 watchdog and the command are resumed together after the deadline, the
 command may run a few milliseconds before the watchdog kills it); a
-watchdog starved for longer than a tenth of the lease past its deadline
-(it logs an error then, and run exits non-zero); processes started outside
-the tree (systemd-run, at, ssh); processes in uninterruptible sleep, which
-die when their I/O returns. Linux only; details in docs/cli.md.
+watchdog starved for longer than a twentieth of the lease past its
+deadline (it logs an error then, and run exits non-zero); processes
+started outside the tree (systemd-run, at, ssh); processes in
+uninterruptible sleep, which die when their I/O returns. Linux only;
+details, and the clock-rate assumption, in docs/cli.md.
 `
 
 // runOptions are the flags of `leadership run`.

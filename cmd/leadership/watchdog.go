@@ -44,10 +44,12 @@ import (
 //
 // It measures how late it acts at each of its deadlines: how late it woke
 // after the end of the trust window, and how long after the SIGKILL was
-// due no process of the tree was left. Later than --margin (the tenth of
-// the lease between the SIGKILL and the earliest expiry of the lease), the
-// command may have run after another host could start it: it logs an
-// error and tells run, which exits non-zero.
+// due no process of the tree was left. Later than half of --margin (the
+// tenth of the lease between the SIGKILL and the earliest expiry of the
+// lease, whose other half absorbs clock-rate drift: docs/cli.md, "The
+// watchdog's timing assumption"), the command may have run after another
+// host could start it: it logs an error and tells run, which exits
+// non-zero.
 //
 // Protocol, one line per message. Run to watchdog, on fd 3:
 //
@@ -66,7 +68,7 @@ import (
 //	done STATUS CAUSE [late]  the tree is gone; STATUS is the command's
 //	               status (128+N for signal N), CAUSE exited, stopped,
 //	               deadline, supervisor-gone or terminated; late: the
-//	               watchdog was later than --margin after a deadline
+//	               watchdog was later than --margin/2 after a deadline
 const watchdogName = "__watchdog"
 
 // Causes of a stop, as reported in "done".
@@ -87,7 +89,7 @@ const (
 // watchdog is the state of `leadership __watchdog`.
 type watchdog struct {
 	grace    int64 // nanoseconds between SIGTERM and SIGKILL
-	margin   int64 // nanoseconds the watchdog may be late at a deadline
+	margin   int64 // nanoseconds between the SIGKILL and the earliest expiry; half for lateness
 	cgroup   string
 	log      *slog.Logger
 	argv     []string
@@ -254,17 +256,17 @@ func (w *watchdog) checkDeadline(now int64) {
 	w.stop(w.deadline, causeDeadline)
 }
 
-// lateBy logs an error, once, if late is longer than the margin: on a
-// starved machine (a CPU-throttled cgroup, a swap storm), or with a tree
-// that takes long to die, the command may have run after the lease could
-// expire.
+// lateBy logs an error, once, if late is longer than half the margin (the
+// other half absorbs clock-rate drift): on a starved machine (a
+// CPU-throttled cgroup, a swap storm), or with a tree that takes long to
+// die, the command may have run after the lease could expire.
 func (w *watchdog) lateBy(what string, late int64) {
-	if w.late || late <= w.margin {
+	if w.late || late <= w.margin/2 {
 		return
 	}
 	w.late = true
-	w.log.Error("the command's tree may have run after the lease could expire: the watchdog was later than the safety margin",
-		"at", what, "late", time.Duration(late).Round(time.Millisecond), "margin", time.Duration(w.margin))
+	w.log.Error("the command's tree may have run after the lease could expire: the watchdog was later than half the safety margin",
+		"at", what, "late", time.Duration(late).Round(time.Millisecond), "limit", time.Duration(w.margin/2))
 }
 
 // readControl applies every message already in the control pipe.

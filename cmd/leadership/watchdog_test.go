@@ -37,6 +37,23 @@ func TestTheWatchdogRefusesAnExtensionPastItsDeadline(t *testing.T) {
 	}
 }
 
+// TestTheWatchdogReportsLatenessBeyondHalfTheMargin: the margin between
+// SIGKILL and the earliest expiry also absorbs clock-rate drift, so the
+// watchdog reports itself late beyond half of it (docs/cli.md).
+func TestTheWatchdogReportsLatenessBeyondHalfTheMargin(t *testing.T) {
+	t.Parallel()
+	margin := 100 * time.Millisecond
+	for _, tc := range []struct {
+		late time.Duration
+		want bool
+	}{{margin / 2, false}, {margin/2 + time.Millisecond, true}, {margin, true}} {
+		w := &watchdog{margin: int64(margin), log: slog.New(slog.DiscardHandler)}
+		if w.lateBy("test", int64(tc.late)); w.late != tc.want {
+			t.Errorf("late by %v with a margin of %v: reported %v, want %v", tc.late, margin, w.late, tc.want)
+		}
+	}
+}
+
 // TestRunHandsTheWatchdogNoDeadlineOfAnotherTerm: when run reads the trust
 // deadline after the command's term ended and a new one began (its tick
 // chosen before the end of the term), it tells the watchdog nothing: the
