@@ -257,15 +257,29 @@ func readDSNFile(path string) (string, error) {
 }
 
 // commandEnv is the environment of the command of `leadership run`: this
-// process's with extra appended, without LEADERSHIP_DSN unless --pass-dsn
-// asked for it, so that the command and every process it starts do not
-// inherit a password (LEADERSHIP_DSN_FILE, a path, is passed on).
-func (c *common) commandEnv(extra ...string) []string {
+// process's with vars (KEY=VALUE) in place of any of the same name, without
+// LEADERSHIP_DSN unless --pass-dsn asked for it, so that the command and
+// every process it starts do not inherit a password (LEADERSHIP_DSN_FILE,
+// a path, is passed on).
+func (c *common) commandEnv(vars ...string) []string {
 	env := os.Environ()
 	if !c.passDSN {
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, envName("dsn")+"=") })
 	}
-	return append(env, extra...)
+	return withEnv(env, vars...)
+}
+
+// withEnv returns env with vars (KEY=VALUE) in place of every entry of
+// the same KEY. A variable set twice is read differently by each program
+// (C, Go and Python read the first copy, sh the last): the command of a
+// leadership run inside another's must see its own run's LEADERSHIP_NAME,
+// LEADERSHIP_HOLDER and LEADERSHIP_TOKEN, never the outer run's.
+func withEnv(env []string, vars ...string) []string {
+	env = slices.DeleteFunc(env, func(kv string) bool {
+		key, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(vars, func(v string) bool { return strings.HasPrefix(v, key+"=") })
+	})
+	return append(env, vars...)
 }
 
 // openChecked checks the logging flags and opens the store for status,

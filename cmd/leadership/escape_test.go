@@ -283,17 +283,17 @@ func TestRunRefusesAProcOfAnotherPIDNamespace(t *testing.T) {
 	}
 }
 
-// TestALateWatchdogIsReported: when the watchdog acts later than the
-// safety margin (a tenth of the lease) after one of its deadlines, it
-// logs an error and run exits non-zero. "deadline": run and its watchdog
+// TestALateWatchdogIsReported: when the watchdog acts later than half
+// the safety margin (a twentieth of the lease) after one of its
+// deadlines, it logs an error and run exits non-zero. "deadline": run and its watchdog
 // are both stopped (SIGSTOP, as a starved machine would) past the end of
 // the trust window, then resumed; the watchdog kills the tree and says
 // so, and run exits 75 as for any lost term. "leftover": the watchdog is
 // stopped while it waits --grace to kill what the command left running,
-// and resumed later than --grace plus the margin: run exits 1, not the
+// and resumed later than --grace plus half the margin: run exits 1, not the
 // command's 0.
 func TestALateWatchdogIsReported(t *testing.T) {
-	const want = "the watchdog was later than the safety margin"
+	const want = "the watchdog was later than half the safety margin"
 	for _, tc := range []struct {
 		name, script string
 		want         int
@@ -325,7 +325,7 @@ func TestALateWatchdogIsReported(t *testing.T) {
 				if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(1500 * time.Millisecond) // more than --grace plus the margin (700 + 200 ms)
+				time.Sleep(1500 * time.Millisecond) // more than --grace plus half the margin (700 + 100 ms)
 				_ = syscall.Kill(watchdog, syscall.SIGCONT)
 			}
 			code := r.wait(t, 15*time.Second)

@@ -64,10 +64,11 @@ with 128+N.
 Not covered: run and its watchdog both killed or both stopped (if the
 watchdog and the command are resumed together after the deadline, the
 command may run a few milliseconds before the watchdog kills it); a
-watchdog starved for longer than a tenth of the lease past its deadline
-(it logs an error then, and run exits non-zero); processes started outside
-the tree (systemd-run, at, ssh); processes in uninterruptible sleep, which
-die when their I/O returns. Linux only; details in docs/cli.md.
+watchdog starved for longer than a twentieth of the lease past its
+deadline (it logs an error then, and run exits non-zero); processes
+started outside the tree (systemd-run, at, ssh); processes in
+uninterruptible sleep, which die when their I/O returns. Linux only;
+details, and the clock-rate assumption, in docs/cli.md.
 `
 
 // runOptions are the flags of `leadership run`.
@@ -384,7 +385,7 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 	case <-term.Done():
 		return 0, notLeading
 	}
-	sent, raised := f.TrustDeadline()
+	sent, raised := termDeadline(f, token)
 	if !raised {
 		return 0, notLeading
 	}
@@ -440,7 +441,7 @@ func (o *runOptions) runChild(f *leadership.Flag, w *watchdogProc, child []strin
 			log.Info("forwarding signal to the command", "signal", sig.String())
 			w.send(fmt.Sprintf("signal %d", sig.(syscall.Signal)))
 		case <-tick.C:
-			if d, ok := f.TrustDeadline(); ok && d.After(sent) {
+			if d, ok := termDeadline(f, token); ok && d.After(sent) {
 				sent = d
 				w.send(fmt.Sprintf("deadline %d", monoOf(d)))
 				log.Debug("watchdog deadline extended", "in", time.Until(d).Round(time.Millisecond))
@@ -500,4 +501,16 @@ func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// termDeadline returns the end of the trust window of the term whose
+// fencing token is token, and true; or false once f no longer leads in
+// that term. TrustDeadline alone may give a later term's: one term can
+// end and another begin at any instant. The flag's terms have increasing
+// tokens, so the deadline read between a Token of token (the caller's)
+// and another is of token's term when the second agrees.
+func termDeadline(f *leadership.Flag, token int64) (time.Time, bool) {
+	d, ok := f.TrustDeadline()
+	now, leading := f.Token()
+	return d, ok && leading && now == token
 }

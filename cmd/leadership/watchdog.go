@@ -37,16 +37,19 @@ import (
 // through the cgroup the command runs in (--cgroup, see cgroup.go), else
 // by sweeps of /proc (killDescendants).
 // Before it judges the deadline it reads every message already in the
-// pipe, so an extension run wrote before the deadline is never missed.
+// pipe, so an extension is never missed while the deadline is ahead; once
+// it has passed, no extension is accepted.
 // When the command exits by itself the rest of its tree is stopped the
 // same way. It reports to run once the tree is gone, and exits.
 //
 // It measures how late it acts at each of its deadlines: how late it woke
 // after the end of the trust window, and how long after the SIGKILL was
-// due no process of the tree was left. Later than --margin (the tenth of
-// the lease between the SIGKILL and the earliest expiry of the lease), the
-// command may have run after another host could start it: it logs an
-// error and tells run, which exits non-zero.
+// due no process of the tree was left. Later than half of --margin (the
+// tenth of the lease between the SIGKILL and the earliest expiry of the
+// lease, whose other half absorbs clock-rate drift: docs/cli.md, "The
+// watchdog's timing assumption"), the command may have run after another
+// host could start it: it logs an error and tells run, which exits
+// non-zero.
 //
 // Protocol, one line per message. Run to watchdog, on fd 3:
 //
@@ -65,7 +68,7 @@ import (
 //	done STATUS CAUSE [late]  the tree is gone; STATUS is the command's
 //	               status (128+N for signal N), CAUSE exited, stopped,
 //	               deadline, supervisor-gone or terminated; late: the
-//	               watchdog was later than --margin after a deadline
+//	               watchdog was later than --margin/2 after a deadline
 const watchdogName = "__watchdog"
 
 // Causes of a stop, as reported in "done".
@@ -86,7 +89,7 @@ const (
 // watchdog is the state of `leadership __watchdog`.
 type watchdog struct {
 	grace    int64 // nanoseconds between SIGTERM and SIGKILL
-	margin   int64 // nanoseconds the watchdog may be late at a deadline
+	margin   int64 // nanoseconds between the SIGKILL and the earliest expiry; half for lateness
 	cgroup   string
 	log      *slog.Logger
 	argv     []string
@@ -253,17 +256,17 @@ func (w *watchdog) checkDeadline(now int64) {
 	w.stop(w.deadline, causeDeadline)
 }
 
-// lateBy logs an error, once, if late is longer than the margin: on a
-// starved machine (a CPU-throttled cgroup, a swap storm), or with a tree
-// that takes long to die, the command may have run after the lease could
-// expire.
+// lateBy logs an error, once, if late is longer than half the margin (the
+// other half absorbs clock-rate drift): on a starved machine (a
+// CPU-throttled cgroup, a swap storm), or with a tree that takes long to
+// die, the command may have run after the lease could expire.
 func (w *watchdog) lateBy(what string, late int64) {
-	if w.late || late <= w.margin {
+	if w.late || late <= w.margin/2 {
 		return
 	}
 	w.late = true
-	w.log.Error("the command's tree may have run after the lease could expire: the watchdog was later than the safety margin",
-		"at", what, "late", time.Duration(late).Round(time.Millisecond), "margin", time.Duration(w.margin))
+	w.log.Error("the command's tree may have run after the lease could expire: the watchdog was later than half the safety margin",
+		"at", what, "late", time.Duration(late).Round(time.Millisecond), "limit", time.Duration(w.margin/2))
 }
 
 // readControl applies every message already in the control pipe.
@@ -340,7 +343,7 @@ func (w *watchdog) begin(deadline int64, token string) {
 		w.report("late")
 		return
 	}
-	code, err := w.start(w.argv, append(os.Environ(), "LEADERSHIP_TOKEN="+token))
+	code, err := w.start(w.argv, withEnv(os.Environ(), "LEADERSHIP_TOKEN="+token))
 	if err != nil {
 		w.report("failed %d %v", code, err)
 		return
@@ -370,6 +373,10 @@ func (w *watchdog) handle(m string) {
 	if !w.started {
 		return
 	}
+	// Past the deadline the tree must die, whatever run says now: an
+	// extension read late (from a starved run, or of another term) is
+	// refused, and the lateness reported.
+	w.checkDeadline(monoNow())
 	switch verb {
 	case "deadline":
 		if ns, err := strconv.ParseInt(arg, 10, 64); err == nil && !w.stopping {
