@@ -159,9 +159,9 @@ func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(*sql.Tx) error)
 
 // Flags implements [leadership.Store.Flags]: one statement, so the rows and
 // the clock are read at one instant. A row it cannot read (in a table
-// changed by hand: text in a time column) is returned with its name only,
-// and named in the error, a [sqlstore.UnreadableRows], with the other rows
-// read as usual.
+// changed by hand: text in a time column, a NULL in a column whose NOT
+// NULL was dropped) is returned with its name only, and named in the
+// error, a [sqlstore.UnreadableRows], with the other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	var (
 		out []leadership.Record
@@ -194,6 +194,11 @@ ORDER BY f.name`)
 			}
 			if !name.Valid {
 				continue // no flags: the clock's row alone
+			}
+			if err := sqlstore.Nulls(holder.Valid, version.Valid, renewed.Valid, expires.Valid); err != nil {
+				bad = append(bad, sqlstore.UnreadableRow{Name: name.String, Err: err})
+				out = append(out, leadership.Record{Name: name.String})
+				continue
 			}
 			out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
 				RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})
