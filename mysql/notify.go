@@ -134,9 +134,12 @@ func bellName(db, holder string) string {
 // rings it for the other's releases; the other takes it once it is let go.
 var bells = struct {
 	sync.Mutex
-	held   map[string]*Store // key → the store holding it
-	stores map[*Store]bool   // the stores whose bell goroutine runs
-}{held: map[string]*Store{}, stores: map[*Store]bool{}}
+	held map[string]*Store // key → the store holding it
+	// stores counts the bell goroutines of each store that run: a store
+	// whose goroutine has returned (bellOn false) may start the next
+	// before the first has run its deferred cleanup.
+	stores map[*Store]int
+}{held: map[string]*Store{}, stores: map[*Store]int{}}
 
 // bellHolder returns the store of this process holding the bell key.
 func bellHolder(key string) *Store {
@@ -160,20 +163,29 @@ func setBell(key string, s *Store, held bool) {
 	}
 }
 
+// enlist records that a bell goroutine of s runs, so that s is woken when
+// another store of the process lets a bell go, until the returned
+// function records that it has returned.
+func enlist(s *Store) (leave func()) {
+	bells.Lock()
+	defer bells.Unlock()
+	bells.stores[s]++
+	return func() {
+		bells.Lock()
+		defer bells.Unlock()
+		if bells.stores[s]--; bells.stores[s] == 0 {
+			delete(bells.stores, s)
+		}
+	}
+}
+
 // ringBells keeps the bells of the holder names the store leads under on
 // one connection, rings them after releases, and returns once the store
 // leads nothing and holds no bell.
 func (s *Store) ringBells() {
 	b := bell{s: s, held: map[string]bool{}}
-	bells.Lock()
-	bells.stores[s] = true
-	bells.Unlock()
-	defer func() {
-		b.drop()
-		bells.Lock()
-		delete(bells.stores, s)
-		bells.Unlock()
-	}()
+	defer enlist(s)()
+	defer b.drop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
