@@ -57,24 +57,28 @@ type term struct {
 // observe records the outcome of an attempt: the terms the store leads,
 // whose holder names' bells it holds, and the holder a losing flag waits
 // on (its own name too: another Store of the process), whose bell a
-// waiter follows.
+// waiter follows. A flag that lost to a term this store leads (a flag of
+// the same name under the same holder name: the default name is the
+// process's) waits on no bell: the store's release of that term wakes it.
 func (s *Store) observe(req leadership.Request, res leadership.Result) {
 	waitsOn := ""
-	if !res.Acquired {
-		waitsOn = res.Holder
-	}
-	s.hub.Follow(req.Name, waitsOn)
 	s.pmu.Lock()
-	defer s.pmu.Unlock()
 	if won := (term{req.Name, req.Holder, res.Version}); res.Acquired {
 		_, known := s.leading[won]
 		if s.leading[won] = time.Now().Add(req.Lease); !known {
 			s.startBell()
 		}
-	} else if lost := (term{req.Name, req.Holder, req.Version}); !s.leading[lost].IsZero() {
-		delete(s.leading, lost)
-		s.startBell() // gives the bell up after the holder's last term
+	} else {
+		if lost := (term{req.Name, req.Holder, req.Version}); !s.leading[lost].IsZero() {
+			delete(s.leading, lost)
+			s.startBell() // gives the bell up after the holder's last term
+		}
+		if s.leading[term{req.Name, res.Holder, res.Version}].IsZero() {
+			waitsOn = res.Holder
+		}
 	}
+	s.pmu.Unlock()
+	s.hub.Follow(req.Name, waitsOn)
 }
 
 // released records that the store's Release of a term committed and, if

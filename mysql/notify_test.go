@@ -798,3 +798,38 @@ func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter builds two flags of one name
+// on one store under one holder name (the default name is the
+// process's): the follower loses to a term of its own store, whose
+// release wakes it in the process, so no waiter is started for it. A
+// store that moved the name to a waiter on its own holder name at each
+// attempt of the follower, and back at each of the leader's, opened and
+// discarded a connection at every attempt.
+func TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 3 * time.Second, 300 * time.Millisecond
+	store := newStore(t, openDB(t, dsn))
+	leader := buildFlag(t, store, "twins", "", lease, poll)
+	follower := buildFlag(t, store, "twins", "", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	time.Sleep(3 * time.Second) // about ten attempts of the follower, three renewals of the leader
+	if n := store.WatchStatements(); n != 0 {
+		t.Errorf("the store's waiters sent %d statements, want none: the follower waits on its own store", n)
+	}
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lease)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	if took := time.Since(closed); took > poll/2 {
+		t.Errorf("handover took %v; the release in the store should have woken the follower before its %v poll", took, poll)
+	}
+}
