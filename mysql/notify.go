@@ -396,9 +396,12 @@ func closeConn(conn *sql.Conn) {
 // (Hub.Watch: one per holder name that flags of the store lost to, up to
 // waiterRoom). A ring makes it pass the lock on at once, so that every
 // waiting process is granted in turn, and look at the rows; a bell nobody
-// holds makes it look too, and pause. A wait cut after t by a timeout of
-// the client (readTimeout) or the server (max_statement_time) makes later
-// waits last half of t.
+// holds makes it look too, and pause. A wait cut after t (by a timeout of
+// the client, readTimeout, or of the server, max_statement_time; or by a
+// restart, a network failure) makes the next wait last half of t, and
+// each wait that ends normally doubles the next, up to bellWait; once
+// two waits were cut after about the same time, which shows a timeout,
+// waits keep the shorter length.
 func (s *Store) follow(ctx context.Context, holder string) {
 	if holder == "" {
 		return // the flags that wait on no holder
@@ -410,6 +413,8 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		nextLook        time.Time        // when a look is due: one may come lookBurst−1 lookGaps earlier
 		waitFor, silent = bellWait, time.Duration(0)
 		backoff         = retryFirst
+		cutAfter        time.Duration // how long the last wait cut had waited
+		timeout         bool          // two waits cut after about the same time
 	)
 	defer func() { closeConn(conn) }()
 	// look lists the free rows, up to lookBurst times at once (the rings
@@ -447,7 +452,8 @@ func (s *Store) follow(ctx context.Context, holder string) {
 				name, int(waitFor.Seconds()))).Scan(&got)
 			s.waiting.Add(-1)
 			if waited := time.Since(began); err != nil && ctx.Err() == nil && waited >= 2*time.Second {
-				waitFor = max(waited/2, time.Second).Truncate(time.Second)
+				timeout = timeout || (waited-cutAfter).Abs() < time.Second
+				cutAfter, waitFor = waited, max(waited/2, time.Second).Truncate(time.Second)
 			}
 		}
 		if err == nil && !got.Valid {
@@ -465,8 +471,11 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		case got.Int64 == -1: // nobody holds it
 			silent = min(max(4*silent, silentFirst), silentMax)
 			pause, err = silent, look()
-		default:
-			silent = 0 // nothing released for waitFor
+		default: // nothing released for waitFor
+			silent = 0
+			if !timeout {
+				waitFor = min(2*waitFor, bellWait)
+			}
 		}
 		if err != nil {
 			closeConn(conn)
