@@ -52,8 +52,12 @@
 // leadership_guard; SELECT, INSERT on leadership_incarnation; SELECT on
 // leadership_schema_migrations; and, in routine mode, EXECUTE on both
 // procedures. Migrate checks each and names the GRANT that is missing.
-// Schema versions 4 and 9 re-create leadership_acquire, which drops an
-// EXECUTE granted on it by name: grant it again after migrating. A
+// Schema versions 4, 9 and 14 re-create leadership_acquire, and 16
+// leadership_acquire_many, which drops an EXECUTE granted on it by name:
+// grant it again after migrating. In routine mode a Store refuses to
+// acquire, naming leadership migrate, until it has seen the schema at
+// version 16 (not dirty), whose procedures keep the failover guard's
+// promises; it reads the version once, at its first attempt. A
 // read-only server (errors 1290, 1792, 1836) fails attempts with an error
 // that says to connect to the primary with rejectReadOnly=true.
 //
@@ -98,6 +102,9 @@ type Store struct {
 	hub        notify.Hub
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
+	// schemaChecked: the schema has the procedures routine mode needs
+	// (checkSchema).
+	schemaChecked atomic.Bool
 
 	acquires *sqlstore.Acquires      // batch.go
 	releases *sqlstore.Releases      // batch.go

@@ -15,9 +15,14 @@ import (
 const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
 // Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
-// Store share round trips and commits (see batch.go).
+// Store share round trips and commits (see batch.go). In routine mode, it
+// fails until the store has seen the schema at the version its procedures
+// need (see checkSchema).
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	if err := s.checkSchema(ctx); err != nil {
 		return leadership.Result{}, err
 	}
 	res, err := s.acquires.Do(ctx, req)
