@@ -43,6 +43,9 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.checkGrants(ctx); err != nil {
 		return err
 	}
+	if err := s.checkRoutineGrants(ctx); err != nil {
+		return err
+	}
 	if err := s.checkIncarnationEngine(ctx); err != nil {
 		return err
 	}

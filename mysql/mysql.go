@@ -51,7 +51,9 @@
 // needs SELECT, INSERT, UPDATE on leadership_flags; SELECT, UPDATE on
 // leadership_guard; SELECT, INSERT on leadership_incarnation; SELECT on
 // leadership_schema_migrations; and, in routine mode, EXECUTE on both
-// procedures. Migrate checks each and names the GRANT that is missing.
+// procedures. Migrate checks each and names the GRANT that is missing,
+// and, in routine mode while a migration that drops and re-creates the
+// procedures is pending, CREATE ROUTINE and ALTER ROUTINE.
 // Schema versions 4, 9 and 14 re-create leadership_acquire, and 16
 // leadership_acquire_many, which drops an EXECUTE granted on it by name:
 // grant it again after migrating. In routine mode a Store refuses to

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	driver "github.com/go-sql-driver/mysql"
 	"github.com/golang-migrate/migrate/v4"
 	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
@@ -86,5 +87,54 @@ func TestRoutineModeRefusesASchemaOlderThanItsProcedures(t *testing.T) {
 	var dirty migrate.ErrDirty
 	if err := build(newStore(t, openDB(t, dsn))); !errors.As(err, &dirty) || !strings.Contains(err.Error(), "leadership migrate") {
 		t.Fatalf("Build with Migrate(false) on a dirty schema = %v, want an error wrapping migrate.ErrDirty naming leadership migrate", err)
+	}
+}
+
+// TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain runs, on a
+// server of the test's own, Migrate on a database at schema version 12
+// (procedures another user created) as a user lacking CREATE ROUTINE, and
+// as one lacking ALTER ROUTINE: migration 0013 drops leadership_acquire
+// and 0014 creates it again, so the first user left the schema dirty
+// with no procedure (every process in routine mode failing), the second
+// left it dirty at 0013. Migrate must fail before the migrations, naming
+// the GRANT, and leave the schema and its procedures as they were.
+func TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain(t *testing.T) {
+	t.Parallel()
+	srv := testdb.StartMariaDB(t)
+	ctx := context.Background()
+	for _, c := range []struct{ lacks, grants string }{
+		{"CREATE ROUTINE", "CREATE, ALTER ROUTINE, SELECT, INSERT, UPDATE, DELETE"},
+		{"ALTER ROUTINE", "CREATE, CREATE ROUTINE, SELECT, INSERT, UPDATE, DELETE"},
+	} {
+		owner := srv.NewDatabase(t, "routines")
+		migrateTo(t, owner, 12)
+		cfg, err := driver.ParseDSN(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, user := cfg.DBName, cfg.DBName+"_m"
+		for _, q := range []string{
+			"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
+			"GRANT " + c.grants + " ON `" + db + "`.* TO '" + user + "'@'127.0.0.1'",
+		} {
+			if _, err := srv.Root.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		cfg.User, cfg.Passwd = user, "secret"
+		err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
+		t.Logf("Migrate without %s: %v", c.lacks, err)
+		if err == nil || !strings.Contains(err.Error(), "GRANT "+c.lacks) {
+			t.Errorf("Migrate without %s = %v, want an error naming GRANT %s", c.lacks, err, c.lacks)
+		}
+		check := newStore(t, openDB(t, owner))
+		if v, dirty, err := check.SchemaVersion(ctx); v != 12 || dirty || err != nil {
+			t.Errorf("after Migrate without %s: schema version %d, dirty %v, %v; want 12 as it was", c.lacks, v, dirty, err)
+		}
+		var n int
+		if err := openDB(t, owner).QueryRow(`SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()
+AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&n); err != nil || n != 2 {
+			t.Errorf("after Migrate without %s: %d of the two procedures, %v", c.lacks, n, err)
+		}
 	}
 }
