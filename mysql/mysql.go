@@ -10,7 +10,7 @@
 // UTC_TIMESTAMP(6) read inside each statement, so parseTime, loc and the
 // session time_zone do not matter. Every write is committed before its
 // reply is trusted, whatever the session's autocommit. [New] never closes
-// db; [Store.Close] gives back the connections the store took for its
+// db; [Store.Close] closes the connections the store took from it for its
 // notifications.
 //
 // # Statements
@@ -184,7 +184,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 }
 
 // Close stops the store's bells and waiters (see Release notifications)
-// and gives their connections back. It never closes db, and the store
+// and closes their connections without returning them to db's pool (a
+// connection may hold a bell or wait for one, which only closing it
+// ends): db opens others as it needs. It never closes db, and the store
 // keeps working without them: flags of other processes then learn of
 // this store's releases at their next poll. A store left unclosed stops
 // them anyway once its flags are closed and their terms released or past
