@@ -69,12 +69,13 @@ func (s *Store) checkGrants(ctx context.Context) error {
 // dirty without leadership_acquire, failing every process in routine
 // mode, and one lacking ALTER ROUTINE left it dirty with the older one.
 // It runs while a migration is pending (below routineSchema), as
-// statements the server refuses exactly for want of the privilege:
-// ALTER PROCEDURE with an empty COMMENT on each procedure that exists (they have
-// no comment; DROP needs the same ALTER ROUTINE), and a procedure of its
-// own created and dropped at once. Other errors (binary logging) are for
-// the migrations to report. EXECUTE on the procedures is not checked:
-// the migrating user's first attempt names it (see describe).
+// statements the server refuses exactly for want of the privilege: ALTER
+// PROCEDURE with an empty COMMENT on each procedure that exists (they
+// have no comment; DROP needs the same ALTER ROUTINE), and a procedure
+// of its own created and dropped at once. Other errors (binary logging)
+// are for the migrations to report. EXECUTE is not probed: a procedure
+// the user cannot see fails ensureRoutines naming it, and an attempt
+// refused names it (see describe).
 func (s *Store) checkRoutineGrants(ctx context.Context) error {
 	if s.noRoutines {
 		return nil
