@@ -137,6 +137,7 @@
 // for the effective settings at Build ("flag starting": lease, intervals,
 // timeout, margin, jitter) and for routine renewals, Info for raise, lower
 // and release and, on a follower, once per change of the holder ("flag
-// held by another process" with the new "holder"), Warn for failed
-// attempts.
+// held by another term" with the new "holder", which is this process's
+// own name when another flag of the process with the same name leads),
+// Warn for failed attempts.
 package leadership

@@ -119,8 +119,10 @@ func (f *Flag) Name() string { return f.c.name }
 func (f *Flag) Process() string { return f.c.process }
 
 // Holder returns who held the flag at the last attempt, as the database
-// reported it: this process's name while it leads, another's while it
-// follows, "" when nobody held it.
+// reported it: this process's name while it leads; while it follows, the
+// holder of the term that leads, another process's name or this
+// process's own (another flag of the process with the same name and
+// process name leads); "" when nobody held it.
 func (f *Flag) Holder() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -223,9 +223,11 @@ func (f *Flag) untrusted(res Result, sent, replied int64) {
 	f.term = f.c.newTerm(&f.c, f.term, res.Version, sent, replied)
 }
 
-// lost handles an attempt that found the flag held by another term. A
-// follower logs at Info once per change of the holder, so an operator
-// sees who leads without Debug.
+// lost handles an attempt that found the flag held by another term: of
+// another process, or of another flag of this process under the same
+// holder name (two flags of one name built without Process), whose
+// holder is then this process's own name. A follower logs at Info once
+// per change of the holder, so an operator sees who leads without Debug.
 func (f *Flag) lost(ctx context.Context, res Result) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -234,13 +236,13 @@ func (f *Flag) lost(ctx context.Context, res Result) {
 		if res.Holder == "" { // nobody holds it (a quarantine, an unreadable row)
 			level = slog.LevelDebug
 		}
-		f.log.LogAttrs(ctx, level, "flag held by another process",
+		f.log.LogAttrs(ctx, level, "flag held by another term",
 			slog.String("holder", res.Holder), slog.Int64("version", res.Version), slog.Time("expires_at", res.ExpiresAt))
 	}
 	f.holder = res.Holder
 	if f.term.version != 0 {
 		f.term = term{}
-		f.lowerLocked("lost the term to another process or an eviction")
+		f.lowerLocked("another term holds the flag, or it was evicted")
 	}
 }
 

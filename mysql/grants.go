@@ -2,6 +2,9 @@ package mysql
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -56,4 +59,87 @@ func (s *Store) checkGrants(ctx context.Context) error {
 			strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// checkRoutineGrants fails, in routine mode, naming the GRANT, when the
+// user could drop a procedure that a pending migration drops but not
+// create it again, or could not drop it: migrations 0013 and 0015 drop
+// the procedures that 0014 and 0016 create (MySQL has no CREATE OR
+// REPLACE PROCEDURE), so a user lacking CREATE ROUTINE left the schema
+// dirty without leadership_acquire, failing every process in routine
+// mode, and one lacking ALTER ROUTINE left it dirty with the older one.
+// It runs while a migration is pending (below routineSchema), as
+// statements the server refuses exactly for want of the privilege: ALTER
+// PROCEDURE with an empty COMMENT on each procedure that exists (they
+// have no comment; DROP needs the same ALTER ROUTINE), and a procedure
+// of its own created and dropped at once. Other errors (binary logging)
+// are for the migrations to report. EXECUTE is not probed: a procedure
+// the user cannot see fails ensureRoutines naming it, and an attempt
+// refused names it (see describe).
+func (s *Store) checkRoutineGrants(ctx context.Context) error {
+	if s.noRoutines {
+		return nil
+	}
+	if version, dirty, err := s.SchemaVersion(ctx); err != nil || dirty || version >= routineSchema {
+		return nil // nothing to drop, or for golang-migrate to report
+	}
+	var (
+		db    string
+		names []string
+	)
+	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+		names = nil
+		if err := tx.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT routine_name FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				return err
+			}
+			names = append(names, name)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return describe("check routine privileges", err)
+	}
+	var missing []string
+	for _, name := range names {
+		if _, err := s.db.ExecContext(ctx, "ALTER PROCEDURE "+name+" COMMENT ''"); denied(err) {
+			missing = append(missing, "GRANT ALTER ROUTINE ON PROCEDURE `"+db+"`."+name)
+		}
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	probe := "leadership_probe_" + hex.EncodeToString(b[:])
+	_, err = s.db.ExecContext(ctx, "CREATE PROCEDURE "+probe+"() BEGIN END")
+	switch {
+	case denied(err):
+		missing = append(missing, "GRANT CREATE ROUTINE ON `"+db+"`.*")
+	case err == nil:
+		if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+probe); err != nil {
+			return fmt.Errorf("mysql: check routine privileges: drop the procedure %s this check created (the user needs ALTER ROUTINE on the database): %w", probe, err)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("mysql: permission denied: a pending migration drops the procedures and creates them again, with privileges the user lacks: %s "+
+			"(each TO the user; ALTER ROUTINE may be granted on the whole database), %s", strings.Join(missing, ", "), statementModeHint)
+	}
+	return nil
+}
+
+// denied reports whether err is the server's refusal of a privilege.
+func denied(err error) bool {
+	switch number(err) {
+	case errProcAccessDenied, errDBAccessDenied, errTableAccessDenied, errSpecificDenied:
+		return true
+	}
+	return false
 }

@@ -43,6 +43,9 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.checkGrants(ctx); err != nil {
 		return err
 	}
+	if err := s.checkRoutineGrants(ctx); err != nil {
+		return err
+	}
 	if err := s.checkIncarnationEngine(ctx); err != nil {
 		return err
 	}
@@ -61,6 +64,41 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.ensureRoutines(ctx); err != nil {
 		return s.describeMigrate("create the procedures", err)
 	}
+	s.schemaChecked.Store(true)
+	return nil
+}
+
+// routineSchema is the schema version whose procedures routine mode
+// needs: those of migrations 0014 and 0016, which re-read the failover
+// guard under a lock before they commit (no term starts after a
+// Quarantine returned) and let a row at the largest version fail alone.
+// Their replies have the shape of those of 0009 and 0012, so the store
+// reads the version instead (checkSchema).
+const routineSchema = 16
+
+// checkSchema fails, in routine mode, until the store has seen the schema
+// at routineSchema or later and not marked dirty, naming the fix: a store
+// built with Migrate(false) whose administrator has not applied the
+// migrations yet, or after one failed half-way, would otherwise call
+// older procedures without knowing. It reads the version once per store
+// (again after a failure); a Migrate that succeeded on the store stands
+// for it. Statement mode runs no procedure and needs no check.
+func (s *Store) checkSchema(ctx context.Context) error {
+	if s.noRoutines || s.schemaChecked.Load() {
+		return nil
+	}
+	version, dirty, err := s.SchemaVersion(ctx)
+	switch {
+	case err != nil:
+		return err
+	case dirty:
+		return fmt.Errorf("mysql: %w", schema.Dirty("mysql", version))
+	case version < routineSchema:
+		return fmt.Errorf("mysql: the schema is at version %d, and routine mode needs version %d, whose procedures keep the failover guard's promises "+
+			"(no term starts after a quarantine returned): apply the migrations (leadership migrate, or Build without Migrate(false)), %s",
+			version, routineSchema, statementModeHint)
+	}
+	s.schemaChecked.Store(true)
 	return nil
 }
 

@@ -10,7 +10,7 @@
 // UTC_TIMESTAMP(6) read inside each statement, so parseTime, loc and the
 // session time_zone do not matter. Every write is committed before its
 // reply is trusted, whatever the session's autocommit. [New] never closes
-// db; [Store.Close] gives back the connections the store took for its
+// db; [Store.Close] closes the connections the store took from it for its
 // notifications.
 //
 // # Statements
@@ -51,9 +51,15 @@
 // needs SELECT, INSERT, UPDATE on leadership_flags; SELECT, UPDATE on
 // leadership_guard; SELECT, INSERT on leadership_incarnation; SELECT on
 // leadership_schema_migrations; and, in routine mode, EXECUTE on both
-// procedures. Migrate checks each and names the GRANT that is missing.
-// Schema versions 4 and 9 re-create leadership_acquire, which drops an
-// EXECUTE granted on it by name: grant it again after migrating. A
+// procedures. Migrate checks each and names the GRANT that is missing,
+// and, in routine mode while a migration that drops and re-creates the
+// procedures is pending, CREATE ROUTINE and ALTER ROUTINE.
+// Schema versions 4, 9 and 14 re-create leadership_acquire, and 16
+// leadership_acquire_many, which drops an EXECUTE granted on it by name:
+// grant it again after migrating. In routine mode a Store refuses to
+// acquire, naming leadership migrate, until it has seen the schema at
+// version 16 (not dirty), whose procedures keep the failover guard's
+// promises; it reads the version once, at its first attempt. A
 // read-only server (errors 1290, 1792, 1836) fails attempts with an error
 // that says to connect to the primary with rejectReadOnly=true.
 //
@@ -98,6 +104,9 @@ type Store struct {
 	hub        notify.Hub
 	migrated   schema.Once
 	noRoutines bool // statement mode: see WithoutRoutines
+	// schemaChecked: the schema has the procedures routine mode needs
+	// (checkSchema).
+	schemaChecked atomic.Bool
 
 	acquires *sqlstore.Acquires      // batch.go
 	releases *sqlstore.Releases      // batch.go
@@ -175,7 +184,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 }
 
 // Close stops the store's bells and waiters (see Release notifications)
-// and gives their connections back. It never closes db, and the store
+// and closes their connections without returning them to db's pool (a
+// connection may hold a bell or wait for one, which only closing it
+// ends): db opens others as it needs. It never closes db, and the store
 // keeps working without them: flags of other processes then learn of
 // this store's releases at their next poll. A store left unclosed stops
 // them anyway once its flags are closed and their terms released or past

@@ -365,3 +365,40 @@ func TestDirtySchemaFailsBuild(t *testing.T) {
 	// migrate (nor check) again.
 	testdb.CheckDirtyBuild(t, newStore(t, db), "mysql", newestSchema)
 }
+
+// TestARowWithANullIsUnreadable lists the flags of a table whose NOT NULL
+// constraints were dropped by hand, with a NULL written in a different
+// column of each of four rows: Flags returns every row, those four with
+// their names only, and names each in an error, a
+// sqlstore.UnreadableRows, instead of listing a NULL holder as free or a
+// NULL version as 0.
+func TestARowWithANullIsUnreadable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t, freshDatabase(t, testdb.MySQL(t), nil))
+	s := newStore(t, db)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	columns := map[string]string{"holder": "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", "version": "BIGINT", "renewed_at": "BIGINT", "expires_at": "BIGINT"}
+	if res, err := s.Acquire(ctx, leadership.Request{Name: "good", Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+		t.Fatalf("acquire good = %+v, %v", res, err)
+	}
+	var names []string
+	for c, typ := range columns {
+		names = append(names, c)
+		if res, err := s.Acquire(ctx, leadership.Request{Name: c, Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+			t.Fatalf("acquire %s = %+v, %v", c, res, err)
+		}
+		for _, q := range []string{
+			`ALTER TABLE leadership_flags MODIFY ` + c + ` ` + typ + ` NULL`,
+			`UPDATE leadership_flags SET ` + c + ` = NULL WHERE name = '` + c + `'`,
+		} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	recs, _, err := s.Flags(ctx)
+	testdb.CheckUnreadable(t, recs, err, "good", names)
+}

@@ -57,24 +57,28 @@ type term struct {
 // observe records the outcome of an attempt: the terms the store leads,
 // whose holder names' bells it holds, and the holder a losing flag waits
 // on (its own name too: another Store of the process), whose bell a
-// waiter follows.
+// waiter follows. A flag that lost to a term this store leads (a flag of
+// the same name under the same holder name: the default name is the
+// process's) waits on no bell: the store's release of that term wakes it.
 func (s *Store) observe(req leadership.Request, res leadership.Result) {
 	waitsOn := ""
-	if !res.Acquired {
-		waitsOn = res.Holder
-	}
-	s.hub.Follow(req.Name, waitsOn)
 	s.pmu.Lock()
-	defer s.pmu.Unlock()
 	if won := (term{req.Name, req.Holder, res.Version}); res.Acquired {
 		_, known := s.leading[won]
 		if s.leading[won] = time.Now().Add(req.Lease); !known {
 			s.startBell()
 		}
-	} else if lost := (term{req.Name, req.Holder, req.Version}); !s.leading[lost].IsZero() {
-		delete(s.leading, lost)
-		s.startBell() // gives the bell up after the holder's last term
+	} else {
+		if lost := (term{req.Name, req.Holder, req.Version}); !s.leading[lost].IsZero() {
+			delete(s.leading, lost)
+			s.startBell() // gives the bell up after the holder's last term
+		}
+		if s.leading[term{req.Name, res.Holder, res.Version}].IsZero() {
+			waitsOn = res.Holder
+		}
 	}
+	s.pmu.Unlock()
+	s.hub.Follow(req.Name, waitsOn)
 }
 
 // released records that the store's Release of a term committed and, if
@@ -134,9 +138,12 @@ func bellName(db, holder string) string {
 // rings it for the other's releases; the other takes it once it is let go.
 var bells = struct {
 	sync.Mutex
-	held   map[string]*Store // key → the store holding it
-	stores map[*Store]bool   // the stores whose bell goroutine runs
-}{held: map[string]*Store{}, stores: map[*Store]bool{}}
+	held map[string]*Store // key → the store holding it
+	// stores counts the bell goroutines of each store that run: a store
+	// whose goroutine has returned (bellOn false) may start the next
+	// before the first has run its deferred cleanup.
+	stores map[*Store]int
+}{held: map[string]*Store{}, stores: map[*Store]int{}}
 
 // bellHolder returns the store of this process holding the bell key.
 func bellHolder(key string) *Store {
@@ -160,20 +167,29 @@ func setBell(key string, s *Store, held bool) {
 	}
 }
 
+// enlist records that a bell goroutine of s runs, so that s is woken when
+// another store of the process lets a bell go, until the returned
+// function records that it has returned.
+func enlist(s *Store) (leave func()) {
+	bells.Lock()
+	defer bells.Unlock()
+	bells.stores[s]++
+	return func() {
+		bells.Lock()
+		defer bells.Unlock()
+		if bells.stores[s]--; bells.stores[s] == 0 {
+			delete(bells.stores, s)
+		}
+	}
+}
+
 // ringBells keeps the bells of the holder names the store leads under on
 // one connection, rings them after releases, and returns once the store
 // leads nothing and holds no bell.
 func (s *Store) ringBells() {
 	b := bell{s: s, held: map[string]bool{}}
-	bells.Lock()
-	bells.stores[s] = true
-	bells.Unlock()
-	defer func() {
-		b.drop()
-		bells.Lock()
-		delete(bells.stores, s)
-		bells.Unlock()
-	}()
+	defer enlist(s)()
+	defer b.drop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -380,9 +396,12 @@ func closeConn(conn *sql.Conn) {
 // (Hub.Watch: one per holder name that flags of the store lost to, up to
 // waiterRoom). A ring makes it pass the lock on at once, so that every
 // waiting process is granted in turn, and look at the rows; a bell nobody
-// holds makes it look too, and pause. A wait cut after t by a timeout of
-// the client (readTimeout) or the server (max_statement_time) makes later
-// waits last half of t.
+// holds makes it look too, and pause. A wait cut after t (by a timeout of
+// the client, readTimeout, or of the server, max_statement_time; or by a
+// restart, a network failure) makes the next wait last half of t, and
+// each wait that ends normally doubles the next, up to bellWait; once
+// two waits were cut after about the same time, which shows a timeout,
+// waits keep the shorter length.
 func (s *Store) follow(ctx context.Context, holder string) {
 	if holder == "" {
 		return // the flags that wait on no holder
@@ -394,6 +413,8 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		nextLook        time.Time        // when a look is due: one may come lookBurst−1 lookGaps earlier
 		waitFor, silent = bellWait, time.Duration(0)
 		backoff         = retryFirst
+		cutAfter        time.Duration // how long the last wait cut had waited
+		timeout         bool          // two waits cut after about the same time
 	)
 	defer func() { closeConn(conn) }()
 	// look lists the free rows, up to lookBurst times at once (the rings
@@ -431,7 +452,8 @@ func (s *Store) follow(ctx context.Context, holder string) {
 				name, int(waitFor.Seconds()))).Scan(&got)
 			s.waiting.Add(-1)
 			if waited := time.Since(began); err != nil && ctx.Err() == nil && waited >= 2*time.Second {
-				waitFor = max(waited/2, time.Second).Truncate(time.Second)
+				timeout = timeout || (waited-cutAfter).Abs() < time.Second
+				cutAfter, waitFor = waited, max(waited/2, time.Second).Truncate(time.Second)
 			}
 		}
 		if err == nil && !got.Valid {
@@ -449,8 +471,11 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		case got.Int64 == -1: // nobody holds it
 			silent = min(max(4*silent, silentFirst), silentMax)
 			pause, err = silent, look()
-		default:
-			silent = 0 // nothing released for waitFor
+		default: // nothing released for waitFor
+			silent = 0
+			if !timeout {
+				waitFor = min(2*waitFor, bellWait)
+			}
 		}
 		if err != nil {
 			closeConn(conn)

@@ -28,3 +28,30 @@ func TestWaitersLeaveAConnectionForTheFlags(t *testing.T) {
 		db.Close()
 	}
 }
+
+// TestABellGoroutineStartedWhileTheLastOneReturnsIsStillWoken: a store's
+// bell goroutine that has decided to return (bellOn false) runs its
+// cleanup after the store may have started the next one; that cleanup
+// must not take the new goroutine off the process's list, or it is no
+// longer woken when another store of the process lets a bell go that it
+// could take.
+func TestABellGoroutineStartedWhileTheLastOneReturnsIsStillWoken(t *testing.T) {
+	s := &Store{bellKick: make(chan struct{}, 1)}
+	other := &Store{bellKick: make(chan struct{}, 1)}
+	leaveOld := enlist(s) // the goroutine returning
+	leaveNew := enlist(s) // the one started meanwhile
+	leaveOld()
+	setBell("server/bell", other, true)
+	setBell("server/bell", other, false)
+	select {
+	case <-s.bellKick:
+	default:
+		t.Fatal("the running bell goroutine was not woken when another store let its bell go")
+	}
+	leaveNew()
+	bells.Lock()
+	defer bells.Unlock()
+	if _, listed := bells.stores[s]; listed {
+		t.Fatal("the store is still listed after its last bell goroutine returned")
+	}
+}

@@ -3,7 +3,9 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -797,4 +799,134 @@ func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
 			t.Fatalf("%s: not woken 80 ms after the first release", names[i])
 		}
 	}
+}
+
+// TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter builds two flags of one name
+// on one store under one holder name (the default name is the
+// process's): the follower loses to a term of its own store, whose
+// release wakes it in the process, so no waiter is started for it. A
+// store that moved the name to a waiter on its own holder name at each
+// attempt of the follower, and back at each of the leader's, opened and
+// discarded a connection at every attempt.
+func TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 3 * time.Second, 300 * time.Millisecond
+	store := newStore(t, openDB(t, dsn))
+	leader := buildFlag(t, store, "twins", "", lease, poll)
+	follower := buildFlag(t, store, "twins", "", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	time.Sleep(3 * time.Second) // about ten attempts of the follower, three renewals of the leader
+	if n := store.WatchStatements(); n != 0 {
+		t.Errorf("the store's waiters sent %d statements, want none: the follower waits on its own store", n)
+	}
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lease)
+	defer cancel()
+	if err := follower.Wait(ctx); err != nil {
+		t.Fatalf("the follower did not take over: %v", err)
+	}
+	if took := time.Since(closed); took > poll/2 {
+		t.Errorf("handover took %v; the release in the store should have woken the follower before its %v poll", took, poll)
+	}
+}
+
+// waitLength returns how many seconds the waiter's wait in progress in
+// db's database asks GET_LOCK for, and false when no waiter waits now.
+func waitLength(t *testing.T, db *sql.DB) (int, bool) {
+	t.Helper()
+	var info string
+	err := db.QueryRow(`SELECT info FROM information_schema.processlist
+WHERE db = DATABASE() AND info LIKE 'SELECT CASE WHEN IS_USED_LOCK(%' AND state LIKE '%lock%' LIMIT 1`).Scan(&info)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// … GET_LOCK('<bell>', <seconds>) END
+	_, after, _ := strings.Cut(info, "', ")
+	seconds, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(after), ") END"))
+	if err != nil {
+		t.Fatalf("the wait %q: %v", info, err)
+	}
+	return seconds, true
+}
+
+// TestAWaiterWaitsLongAgainAfterAWaitCutOnce kills the waiter's
+// connection 3 s into its wait (as a server restart or a network failure
+// does): its next waits are shorter, as after a timeout, but grow back
+// while they end normally, towards the 5 minutes of an idle follower's
+// one statement. A waiter that kept waiting 1 s at a time sent one
+// statement a second for the store's life.
+func TestAWaiterWaitsLongAgainAfterAWaitCutOnce(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "cut", "l", lease, poll)
+	follower := buildFlag(t, newStore(t, openDB(t, dsn)), "cut", "f", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	admin := openDB(t, dsn)
+	waits := waitsOnBells(t, admin, 1)
+	if n, _ := waitLength(t, admin); n != 300 {
+		t.Fatalf("the first wait asks for %d s, want 300", n)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := admin.Exec(`KILL ?`, waits[0].id); err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if n, ok := waitLength(t, admin); ok && (len(seen) == 0 || seen[len(seen)-1] != n) {
+			seen = append(seen, n)
+		}
+		if len(seen) > 0 && seen[len(seen)-1] >= 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waits after the cut asked for %v s: they do not grow back", seen)
+		}
+	}
+	t.Logf("the waits after the cut asked for %v s", seen)
+}
+
+// TestAWaiterKeepsItsWaitsBelowATimeoutThatCutsThemTwice gives the
+// follower's pool readTimeout=3s: the first wait is cut at 3 s, the
+// waits that follow grow back until one is cut again after the same 3 s,
+// which shows a timeout; from then on every wait stays below it (one
+// second), instead of being cut, and its connection opened again, at
+// every other wait.
+func TestAWaiterKeepsItsWaitsBelowATimeoutThatCutsThemTwice(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	const lease, poll = 30 * time.Second, 5 * time.Second
+	leader := buildFlag(t, newStore(t, openDB(t, dsn)), "timeout", "l", lease, poll)
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ReadTimeout = 3 * time.Second
+	store := newStore(t, openDB(t, cfg.FormatDSN()))
+	follower := buildFlag(t, store, "timeout", "f", lease, poll)
+	if !leader.Raised() || follower.Raised() {
+		t.Fatal("the first flag should lead, the second follow")
+	}
+	// 300 s cut at 3 s, a pause of 1 s, then 1 s, 2 s and 4 s cut at 3 s
+	// (at about 10 s), a pause of 1 s: from then on, 1 s at a time.
+	admin := openDB(t, dsn)
+	time.Sleep(12 * time.Second)
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if n, ok := waitLength(t, admin); ok && n >= 3 {
+			t.Fatalf("a wait asks for %d s, after two waits were cut at the read timeout of 3 s", n)
+		}
+	}
+	took := handOver(t, leader, follower, poll, "the waiter should have woken the follower")
+	t.Logf("handover took %v; the waiter sent %d statements", took, store.WatchStatements())
 }

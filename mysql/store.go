@@ -15,9 +15,14 @@ import (
 const nowMicros = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
 // Acquire implements [leadership.Store.Acquire]. Concurrent calls on one
-// Store share round trips and commits (see batch.go).
+// Store share round trips and commits (see batch.go). In routine mode, it
+// fails until the store has seen the schema at the version its procedures
+// need (see checkSchema).
 func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership.Result, error) {
 	if err := req.Validate(); err != nil {
+		return leadership.Result{}, err
+	}
+	if err := s.checkSchema(ctx); err != nil {
 		return leadership.Result{}, err
 	}
 	res, err := s.acquires.Do(ctx, req)
@@ -159,9 +164,9 @@ func (s *Store) inTx(ctx context.Context, readOnly bool, fn func(*sql.Tx) error)
 
 // Flags implements [leadership.Store.Flags]: one statement, so the rows and
 // the clock are read at one instant. A row it cannot read (in a table
-// changed by hand: text in a time column) is returned with its name only,
-// and named in the error, a [sqlstore.UnreadableRows], with the other rows
-// read as usual.
+// changed by hand: text in a time column, a NULL in a column whose NOT
+// NULL was dropped) is returned with its name only, and named in the
+// error, a [sqlstore.UnreadableRows], with the other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
 	var (
 		out []leadership.Record
@@ -194,6 +199,11 @@ ORDER BY f.name`)
 			}
 			if !name.Valid {
 				continue // no flags: the clock's row alone
+			}
+			if err := sqlstore.Nulls(holder.Valid, version.Valid, renewed.Valid, expires.Valid); err != nil {
+				bad = append(bad, sqlstore.UnreadableRow{Name: name.String, Err: err})
+				out = append(out, leadership.Record{Name: name.String})
+				continue
 			}
 			out = append(out, leadership.Record{Name: name.String, Holder: holder.String, Version: version.Int64,
 				RenewedAt: time.UnixMicro(renewed.Int64), ExpiresAt: time.UnixMicro(expires.Int64)})

@@ -72,3 +72,37 @@ func TestFlagsLeavesNoTransactionIdle(t *testing.T) {
 		t.Fatalf("Flags of an empty table = %+v, %v, %v; want none, the clock, no error", recs, now, err)
 	}
 }
+
+// TestARowWithANullIsUnreadable lists the flags of a table whose NOT NULL
+// constraints were dropped by hand, with a NULL written in a different
+// column of each of four rows: Flags returns every row, those four with
+// their names only, and names each in an error, a
+// sqlstore.UnreadableRows, instead of panicking (as it did on a NULL
+// holder or version) or reading a NULL time as the zero time.
+func TestARowWithANullIsUnreadable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t, schemaDSN(t, testdb.Postgres(t)))
+	s := newStore(t, pool)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	columns := []string{"holder", "version", "renewed_at", "expires_at"}
+	for _, name := range append([]string{"good"}, columns...) {
+		if res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+			t.Fatalf("acquire %s = %+v, %v", name, res, err)
+		}
+	}
+	for _, c := range columns {
+		for _, q := range []string{
+			`ALTER TABLE leadership_flags ALTER ` + c + ` DROP NOT NULL`,
+			`UPDATE leadership_flags SET ` + c + ` = NULL WHERE name = '` + c + `'`,
+		} {
+			if _, err := pool.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	recs, _, err := s.Flags(ctx)
+	testdb.CheckUnreadable(t, recs, err, "good", columns)
+}

@@ -241,7 +241,8 @@ func (s *Store) committed(ctx context.Context, fn func(*pgx.Conn) error) error {
 // transaction of it waits on the client between statements (which an
 // idle_in_transaction_session_timeout would end). A serialization failure
 // (a session whose default isolation is SERIALIZABLE) is retried once. A
-// row it cannot read (a time of 'infinity' written by another program) is
+// row it cannot read (a time of 'infinity' written by another program, a
+// NULL in a table whose NOT NULL was dropped by hand) is
 // returned with its name only, and named in the error, a
 // [sqlstore.UnreadableRows], with the other rows read as usual.
 func (s *Store) Flags(ctx context.Context) ([]leadership.Record, time.Time, error) {
@@ -270,8 +271,8 @@ ORDER BY f.name COLLATE "C"`)
 			if name == nil {
 				return nil
 			}
-			if renewed.InfinityModifier != pgtype.Finite || expires.InfinityModifier != pgtype.Finite {
-				bad = append(bad, sqlstore.UnreadableRow{Name: *name, Err: fmt.Errorf("renewed_at %s, expires_at %s: a time is infinite", renewed.InfinityModifier, expires.InfinityModifier)})
+			if err := unreadable(holder, version, renewed, expires); err != nil {
+				bad = append(bad, sqlstore.UnreadableRow{Name: *name, Err: err})
 				out = append(out, leadership.Record{Name: *name})
 				return nil
 			}
@@ -287,4 +288,17 @@ ORDER BY f.name COLLATE "C"`)
 		return out, now, fmt.Errorf("postgres: list flags: %w", err)
 	}
 	return out, now, nil
+}
+
+// unreadable reports why Flags cannot read a row: a NULL (in a table
+// whose NOT NULL was dropped by hand) or an infinite time; nil when it
+// can.
+func unreadable(holder *string, version *int64, renewed, expires pgtype.Timestamptz) error {
+	if err := sqlstore.Nulls(holder != nil, version != nil, renewed.Valid, expires.Valid); err != nil {
+		return err
+	}
+	if renewed.InfinityModifier != pgtype.Finite || expires.InfinityModifier != pgtype.Finite {
+		return fmt.Errorf("renewed_at %s, expires_at %s: a time is infinite", renewed.InfinityModifier, expires.InfinityModifier)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -157,5 +158,64 @@ func TestOpenRefusesAnotherUsersFileInASharedDirectory(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "another user (uid 65534)") {
 		t.Errorf("Open = %v, want an error naming the other user", err)
+	}
+}
+
+// TestSQLiteRefusesWalAndShmLinksPlantedAfterOpen: Open checks the -wal
+// and -shm paths, but SQLite creates and opens the files later (and again
+// whenever the last connection to the database has closed, which deletes
+// them), so a link planted in between is not Open's to refuse. SQLite
+// opens both with O_NOFOLLOW: a write then fails, and the links' targets
+// are neither created nor written. This pins that behaviour of the
+// driver, on which docs/operations.md ("The SQLite file") relies.
+func TestSQLiteRefusesWalAndShmLinksPlantedAfterOpen(t *testing.T) {
+	t.Parallel()
+	for _, planted := range []string{"-wal", "-shm"} {
+		shared := t.TempDir()
+		if err := os.Chmod(shared, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(shared, "leadership.db")
+		db, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := sqlite.New(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		db.Close() // the last connection: SQLite deletes the -wal and -shm files
+		for _, p := range []string{path + "-wal", path + "-shm"} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Fatalf("%s is still there after the last connection closed", filepath.Base(p))
+			}
+		}
+		victim := filepath.Join(t.TempDir(), "victim")
+		if err := os.WriteFile(victim, []byte("kept"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, path+planted); err != nil {
+			t.Fatal(err)
+		}
+		// As Open would after a check that came before the link.
+		raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sqlite.New(raw)
+		if err == nil {
+			_, err = raw.Exec(`INSERT INTO leadership_flags (name, renewed_at, expires_at) VALUES ('f', 0, 0)`)
+		}
+		raw.Close()
+		if err == nil {
+			t.Errorf("a write through a %s link planted after Open's check succeeded", planted)
+		}
+		t.Logf("with a %s link: %v", planted, err)
+		if b, err := os.ReadFile(victim); err != nil || string(b) != "kept" {
+			t.Errorf("the %s link's target now holds %q, %v", planted, b, err)
+		}
 	}
 }

@@ -134,8 +134,10 @@ func newStore(db *sql.DB, tb *timebase) (*Store, error) {
 // mode of an existing file), in a directory they may all write. In a
 // directory every user may write (such as /tmp), Open refuses a path, or
 // a -wal or -shm file, that is a symbolic link or belongs to another
-// user. A file this user may not read and write fails Open with an error
-// that says so.
+// user; SQLite creates those two files later, refusing links but not a
+// regular file another user planted meanwhile (see the repository's
+// docs/operations.md). A file this user may not read and write fails Open
+// with an error that says so.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: sqlite.Open: path is empty", leadership.ErrInvalidArgument)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/sqlite"
 	"github.com/dbflag/leadership/storetest"
 )
@@ -142,4 +143,38 @@ func TestSessionInsideTransaction(t *testing.T) {
 	if _, err := a.Evict(ctx, "f"); err == nil || !strings.Contains(err.Error(), "inside a transaction") {
 		t.Fatalf("Evict inside an open transaction: %v; want an error saying so", err)
 	}
+}
+
+// TestARowWithANullIsUnreadable lists the flags of a table made by hand
+// without NOT NULL constraints, with a NULL written in a different column
+// of each of four rows: Flags returns every row, those four with their
+// names only, and names each in an error, a sqlstore.UnreadableRows.
+func TestARowWithANullIsUnreadable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "flags.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE leadership_flags (name TEXT PRIMARY KEY, holder TEXT, version INTEGER, renewed_at INTEGER, expires_at INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, db)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	columns := []string{"holder", "version", "renewed_at", "expires_at"}
+	for _, name := range append([]string{"good"}, columns...) {
+		if res, err := s.Acquire(ctx, leadership.Request{Name: name, Holder: "a", Lease: time.Minute}); err != nil || !res.Acquired {
+			t.Fatalf("acquire %s = %+v, %v", name, res, err)
+		}
+	}
+	for _, c := range columns {
+		if _, err := db.Exec(`UPDATE leadership_flags SET `+c+` = NULL WHERE name = ?`, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, _, err := s.Flags(ctx)
+	testdb.CheckUnreadable(t, recs, err, "good", columns)
 }

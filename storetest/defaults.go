@@ -25,82 +25,102 @@ import (
 // true) must hand over well before the capped poll too. A store whose
 // notifications or hints arrive then hands over back the same way, to a
 // new flag on the first store.
+//
+// It runs twice: with a process name per store, as each store stands for
+// a process; and with the default name, one per process, on both stores,
+// as for two stores of one process.
 func runDefaults(t *testing.T, open Open) {
-	t.Run("DefaultSettingsHandOver", func(t *testing.T) {
-		t.Parallel()
-		store := open(t)
-		_, canNotify := store.(interface{ NotifiesOtherProcesses() bool })
-		const maxPoll = 2 * time.Second
-		wantPoll := min(leadership.DefaultLease/3, maxPoll)
-		if canNotify {
-			wantPoll = leadership.DefaultLease
+	for _, oneProcess := range []bool{false, true} {
+		test := "DefaultSettingsHandOver"
+		if oneProcess {
+			test += "BetweenStoresOfOneProcess"
 		}
+		t.Run(test, func(t *testing.T) {
+			t.Parallel()
+			checkDefaults(t, open, oneProcess)
+		})
+	}
+}
 
-		mon := newMonitor(t)
-		name := uniqueName(t)
-		build := func(s leadership.Store) *leadership.Flag {
-			t.Helper()
-			connect(t, s)
-			log := &startLog{}
-			f := mon.watch(t, leadership.NewFlag().Store(s).Name(name).Logger(slog.New(log)))
-			if got := log.pollInterval(); got != wantPoll {
-				t.Fatalf("default poll interval = %v, want %v (store can notify other processes: %v)", got, wantPoll, canNotify)
-			}
-			return f
+// checkDefaults is runDefaults' test, with the default process name on
+// every store when oneProcess.
+func checkDefaults(t *testing.T, open Open, oneProcess bool) {
+	store := open(t)
+	_, canNotify := store.(interface{ NotifiesOtherProcesses() bool })
+	const maxPoll = 2 * time.Second
+	wantPoll := min(leadership.DefaultLease/3, maxPoll)
+	if canNotify {
+		wantPoll = leadership.DefaultLease
+	}
+
+	mon := newMonitor(t)
+	name := uniqueName(t)
+	build := func(s leadership.Store) *leadership.Flag {
+		t.Helper()
+		connect(t, s)
+		log := &startLog{}
+		b := leadership.NewFlag().Store(s).Name(name).Logger(slog.New(log))
+		if !oneProcess {
+			b = b.Process(mon.process(s))
 		}
-		leader := build(store)
-		mon.waitForLeader(t, slack)
-		followerStore := open(t)
-		follower := build(followerStore)
-		if follower.Raised() {
-			t.Fatal("the second flag raised while the first leads")
+		f := mon.watch(t, b)
+		if got := log.pollInterval(); got != wantPoll {
+			t.Fatalf("default poll interval = %v, want %v (store can notify other processes: %v)", got, wantPoll, canNotify)
 		}
-		time.Sleep(300 * time.Millisecond) // the follower now waits out its poll
-		crossProcess := notifiesWithin(followerStore, 10*time.Second)
-		poll := wantPoll
-		if !crossProcess {
-			poll = min(poll, maxPoll)
-		}
-		hinted := !crossProcess && hintsWithin(followerStore, 5*time.Second)
-		pushed := crossProcess || hinted
-		closed := time.Now()
-		if err := leader.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack)
-		took := time.Since(closed)
-		t.Logf("graceful handover at the default settings took %v (poll interval %v, store notifies other processes: %v, hints them: %v)", took, poll, crossProcess, hinted)
-		if pushed && took > poll/5 {
-			t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
-		}
-		if !pushed {
-			return
-		}
-		// Back the other way, to a new flag on the first store, whose
-		// notifications stopped with its last flag and start again: each
-		// "process" of a store that claims notifications both sends and
-		// receives them.
-		back := build(store)
-		if crossProcess && !notifiesWithin(store, 10*time.Second) {
-			t.Fatal("the first store no longer reports that its notifications reach it after its flags were closed and a new one built")
-		}
-		if hinted && !hintsWithin(store, 5*time.Second) {
-			t.Fatal("the first store no longer reports that releases of other processes wake it after its flags were closed and a new one built")
-		}
-		time.Sleep(300 * time.Millisecond)
-		closed = time.Now()
-		if err := follower.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		if got := mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack, follower); got != back {
-			t.Fatal("another flag than the new one on the first store took over")
-		}
-		took = time.Since(closed)
-		t.Logf("graceful handover back to the first store took %v", took)
-		if took > poll/5 {
-			t.Errorf("graceful handover back took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
-		}
-	})
+		return f
+	}
+	leader := build(store)
+	mon.waitForLeader(t, slack)
+	followerStore := open(t)
+	follower := build(followerStore)
+	if follower.Raised() {
+		t.Fatal("the second flag raised while the first leads")
+	}
+	time.Sleep(300 * time.Millisecond) // the follower now waits out its poll
+	crossProcess := notifiesWithin(followerStore, 10*time.Second)
+	poll := wantPoll
+	if !crossProcess {
+		poll = min(poll, maxPoll)
+	}
+	hinted := !crossProcess && hintsWithin(followerStore, 5*time.Second)
+	pushed := crossProcess || hinted
+	closed := time.Now()
+	if err := leader.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack)
+	took := time.Since(closed)
+	t.Logf("graceful handover at the default settings took %v (poll interval %v, store notifies other processes: %v, hints them: %v)", took, poll, crossProcess, hinted)
+	if pushed && took > poll/5 {
+		t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
+	}
+	if !pushed {
+		return
+	}
+	// Back the other way, to a new flag on the first store, whose
+	// notifications stopped with its last flag and start again: each
+	// "process" of a store that claims notifications both sends and
+	// receives them.
+	back := build(store)
+	if crossProcess && !notifiesWithin(store, 10*time.Second) {
+		t.Fatal("the first store no longer reports that its notifications reach it after its flags were closed and a new one built")
+	}
+	if hinted && !hintsWithin(store, 5*time.Second) {
+		t.Fatal("the first store no longer reports that releases of other processes wake it after its flags were closed and a new one built")
+	}
+	time.Sleep(300 * time.Millisecond)
+	closed = time.Now()
+	if err := follower.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack, follower); got != back {
+		t.Fatal("another flag than the new one on the first store took over")
+	}
+	took = time.Since(closed)
+	t.Logf("graceful handover back to the first store took %v", took)
+	if took > poll/5 {
+		t.Errorf("graceful handover back took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
+	}
 }
 
 // notifiesWithin waits up to limit for store to report that its release

@@ -51,3 +51,21 @@ func (u UnreadableRows) Error() string {
 	}
 	return b.String()
 }
+
+// Nulls is why a row of the flag table with a NULL (in a table whose NOT
+// NULL constraints were dropped by hand) cannot be read: it names the
+// columns holder, version, renewed_at and expires_at whose valid is
+// false, in that order; nil when none is.
+func Nulls(holder, version, renewed, expires bool) error {
+	columns := [...]string{"holder", "version", "renewed_at", "expires_at"}
+	var null []string
+	for i, valid := range [...]bool{holder, version, renewed, expires} {
+		if !valid {
+			null = append(null, columns[i])
+		}
+	}
+	if len(null) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s NULL", strings.Join(null, ", "))
+}

@@ -1,0 +1,140 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	driver "github.com/go-sql-driver/mysql"
+	"github.com/golang-migrate/migrate/v4"
+	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testkit/testdb"
+	"github.com/dbflag/leadership/migrations"
+	"github.com/dbflag/leadership/mysql"
+)
+
+// migrateTo applies the migrations of dsn's database up to version, as an
+// earlier release of the store (or an administrator) did.
+func migrateTo(t *testing.T, dsn string, version uint) {
+	t.Helper()
+	db := openDB(t, dsn)
+	drv, err := mmysql.WithInstance(db, &mmysql.Config{MigrationsTable: migrations.MigrationsTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := iofs.New(migrations.FS, "mysql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Migrate(version); err != nil {
+		t.Fatalf("migrate to version %d: %v", version, err)
+	}
+}
+
+// TestRoutineModeRefusesASchemaOlderThanItsProcedures: on a database
+// migrated up to version 12 (the procedures of 0009 and 0012, whose
+// replies have the shape of today's but which neither re-read the
+// failover guard before they commit nor let a row at the largest version
+// fail alone), a flag built with Migrate(false) in routine mode fails
+// with an error naming the versions and the command that applies the
+// migrations, and so does one on a schema marked dirty; statement mode,
+// which runs no procedure, works on version 12; once migrated, routine
+// mode works.
+func TestRoutineModeRefusesASchemaOlderThanItsProcedures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	migrateTo(t, dsn, 12)
+	build := func(s *mysql.Store) error {
+		f, err := leadership.NewFlag().Store(s).Name("f").Migrate(false).Build(ctx)
+		if err == nil {
+			f.Close()
+		}
+		return err
+	}
+	err := build(newStore(t, openDB(t, dsn)))
+	if err == nil {
+		t.Fatal("a flag was built in routine mode on schema version 12")
+	}
+	t.Logf("Build on schema version 12: %v", err)
+	for _, want := range []string{"version 12", "version 16", "leadership migrate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Build on schema version 12 = %q, want it to name %q", err, want)
+		}
+	}
+	if err := build(newStore(t, openDB(t, dsn), mysql.WithoutRoutines())); err != nil {
+		t.Fatalf("statement mode on schema version 12: %v", err)
+	}
+	db := openDB(t, dsn)
+	if err := newStore(t, db).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := build(newStore(t, openDB(t, dsn))); err != nil {
+		t.Fatalf("routine mode once migrated: %v", err)
+	}
+	if _, err := db.Exec(`UPDATE leadership_schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	var dirty migrate.ErrDirty
+	if err := build(newStore(t, openDB(t, dsn))); !errors.As(err, &dirty) || !strings.Contains(err.Error(), "leadership migrate") {
+		t.Fatalf("Build with Migrate(false) on a dirty schema = %v, want an error wrapping migrate.ErrDirty naming leadership migrate", err)
+	}
+}
+
+// TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain runs, on a
+// server of the test's own, Migrate on a database at schema version 12
+// (procedures another user created) as a user lacking CREATE ROUTINE, and
+// as one lacking ALTER ROUTINE: migration 0013 drops leadership_acquire
+// and 0014 creates it again, so the first user left the schema dirty
+// with no procedure (every process in routine mode failing), the second
+// left it dirty at 0013. Migrate must fail before the migrations, naming
+// the GRANT, and leave the schema and its procedures as they were.
+func TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain(t *testing.T) {
+	t.Parallel()
+	srv := testdb.StartMariaDB(t)
+	ctx := context.Background()
+	for _, c := range []struct{ lacks, grants string }{
+		{"CREATE ROUTINE", "CREATE, ALTER ROUTINE, SELECT, INSERT, UPDATE, DELETE"},
+		{"ALTER ROUTINE", "CREATE, CREATE ROUTINE, SELECT, INSERT, UPDATE, DELETE"},
+	} {
+		owner := srv.NewDatabase(t, "routines")
+		migrateTo(t, owner, 12)
+		cfg, err := driver.ParseDSN(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, user := cfg.DBName, cfg.DBName+"_m"
+		for _, q := range []string{
+			"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
+			"GRANT " + c.grants + " ON `" + db + "`.* TO '" + user + "'@'127.0.0.1'",
+		} {
+			if _, err := srv.Root.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		cfg.User, cfg.Passwd = user, "secret"
+		err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
+		t.Logf("Migrate without %s: %v", c.lacks, err)
+		if err == nil || !strings.Contains(err.Error(), "GRANT "+c.lacks) {
+			t.Errorf("Migrate without %s = %v, want an error naming GRANT %s", c.lacks, err, c.lacks)
+		}
+		check := newStore(t, openDB(t, owner))
+		if v, dirty, err := check.SchemaVersion(ctx); v != 12 || dirty || err != nil {
+			t.Errorf("after Migrate without %s: schema version %d, dirty %v, %v; want 12 as it was", c.lacks, v, dirty, err)
+		}
+		var n int
+		if err := openDB(t, owner).QueryRow(`SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()
+AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&n); err != nil || n != 2 {
+			t.Errorf("after Migrate without %s: %d of the two procedures, %v", c.lacks, n, err)
+		}
+	}
+}
