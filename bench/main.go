@@ -345,7 +345,7 @@ func closeOnly(targets []target, o options) error {
 	started, loadStart := time.Now().UTC(), loadavg()
 	logf("benchmarks of 64 flags closed at once")
 	c := closeManyBenchmarks(targets, o)
-	run := fmt.Sprintf("Measured apart from the rest of this report (`go run . -close-only`): %s to %s (UTC), load average at start %s, at end %s; other engineers' test suites shared the machine and the database servers.",
+	run := fmt.Sprintf("Measured apart from the rest of this report (`go run . -close-only`): %s to %s (UTC), load average at start %s, at end %s, on the test servers of `scripts/test-databases.sh`.",
 		started.Format("2006-01-02 15:04:05"), time.Now().UTC().Format("15:04:05"), loadStart, loadavg())
 	section := c.section(run)
 	if section == "" {
