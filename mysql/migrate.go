@@ -87,6 +87,18 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if s.noRoutines || s.schemaChecked.Load() {
 		return nil
 	}
+	// One read at a time: the first attempts of many flags (a process
+	// starting them together) wait for it, instead of each taking a
+	// connection of the pool outside the batches.
+	select {
+	case s.schemaGate <- struct{}{}:
+	case <-ctx.Done():
+		return describe("read schema version", ctx.Err())
+	}
+	defer func() { <-s.schemaGate }()
+	if s.schemaChecked.Load() {
+		return nil
+	}
 	version, dirty, err := s.SchemaVersion(ctx)
 	switch {
 	case err != nil:

@@ -107,6 +107,7 @@ type Store struct {
 	// schemaChecked: the schema has the procedures routine mode needs
 	// (checkSchema).
 	schemaChecked atomic.Bool
+	schemaGate    chan struct{} // one checkSchema reads at a time
 
 	acquires *sqlstore.Acquires      // batch.go
 	releases *sqlstore.Releases      // batch.go
@@ -173,7 +174,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New: db is nil", leadership.ErrInvalidArgument)
 	}
-	s := &Store{db: db, leading: make(map[term]time.Time), rings: make(map[string]bool), bellKick: make(chan struct{}, 1)}
+	s := &Store{db: db, leading: make(map[term]time.Time), rings: make(map[string]bool), bellKick: make(chan struct{}, 1), schemaGate: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub.Watch, s.hub.Room = s.follow, s.waiterRoom
 	for _, o := range opts {

@@ -3,8 +3,11 @@ package mysql_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	driver "github.com/go-sql-driver/mysql"
 	"github.com/golang-migrate/migrate/v4"
@@ -98,6 +101,39 @@ func TestRoutineModeRefusesASchemaOlderThanItsProcedures(t *testing.T) {
 // with no procedure (every process in routine mode failing), the second
 // left it dirty at 0013. Migrate must fail before the migrations, naming
 // the GRANT, and leave the schema and its procedures as they were.
+// TestTheFirstAttemptsOfManyFlagsShareOneSchemaCheck sends the first
+// attempts of 64 flags of a store in routine mode at once, on a schema
+// another store migrated, as a process starting its flags with
+// Migrate(false) does: the store reads the schema's version for them one
+// at a time, so that the burst takes no more connections than the
+// batches of acquires need, where each attempt once took a connection of
+// its own to read the version (on a shared server: "Too many
+// connections").
+func TestTheFirstAttemptsOfManyFlagsShareOneSchemaCheck(t *testing.T) {
+	t.Parallel()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	if err := newStore(t, openDB(t, dsn)).Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, dsn)
+	db.SetMaxIdleConns(1000) // every connection the burst opens stays open to be counted
+	s := newStore(t, db)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			req := leadership.Request{Name: fmt.Sprintf("gate-%02d", i), Holder: "p", Lease: time.Minute}
+			if res, err := s.Acquire(context.Background(), req); err != nil || !res.Acquired {
+				t.Errorf("Acquire %s = %+v, %v; want acquired", req.Name, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Two batches of acquires in flight at most, and the schema read.
+	if n := db.Stats().OpenConnections; n > 3 {
+		t.Errorf("the first attempts of 64 flags opened %d connections; want at most 3", n)
+	}
+}
+
 func TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain(t *testing.T) {
 	t.Parallel()
 	srv := testdb.StartMariaDB(t)
