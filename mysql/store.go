@@ -104,13 +104,7 @@ func (s *Store) prepare(ctx context.Context, stmt **sql.Stmt, query string) (*sq
 // Release implements [leadership.Store.Release]. The releases of flags
 // of one Store that are due together share a transaction (see batch.go).
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
-	if err := leadership.ValidateName("name", name); err != nil {
-		return false, err
-	}
-	if err := leadership.ValidateName("holder", holder); err != nil {
-		return false, err
-	}
-	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
+	return sqlstore.DoRelease(ctx, s.releases, name, holder, version)
 }
 
 // Evict implements [leadership.Store.Evict].

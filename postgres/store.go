@@ -140,13 +140,7 @@ func (s *Store) Acquire(ctx context.Context, req leadership.Request) (leadership
 // acquire, committed synchronously after the release, flushes the release
 // with it.
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
-	if err := leadership.ValidateName("name", name); err != nil {
-		return false, err
-	}
-	if err := leadership.ValidateName("holder", holder); err != nil {
-		return false, err
-	}
-	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
+	return sqlstore.DoRelease(ctx, s.releases, name, holder, version)
 }
 
 // releaseSQL ends the term ($2, $3) of the flag $1 if it holds the row,

@@ -84,13 +84,7 @@ FROM leadership_flags, c WHERE name = ?1`, req.Name, s.tb.key).Scan(
 // Release implements [leadership.Store.Release]. The releases of flags
 // of one Store that are due together share a transaction (see batch.go).
 func (s *Store) Release(ctx context.Context, name, holder string, version int64) (bool, error) {
-	if err := leadership.ValidateName("name", name); err != nil {
-		return false, err
-	}
-	if err := leadership.ValidateName("holder", holder); err != nil {
-		return false, err
-	}
-	return s.releases.Do(ctx, sqlstore.Release{Name: name, Holder: holder, Version: version})
+	return sqlstore.DoRelease(ctx, s.releases, name, holder, version)
 }
 
 // releaseOn ends the term of r on conn if it holds the row, and reports

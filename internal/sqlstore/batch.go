@@ -110,6 +110,19 @@ type Release struct {
 	Version      int64
 }
 
+// DoRelease validates a call of [leadership.Store.Release] (its name and
+// holder, as a request alone would be refused) and sends it through r: the
+// Release of every SQL store.
+func DoRelease(ctx context.Context, r *Releases, name, holder string, version int64) (bool, error) {
+	if err := leadership.ValidateName("name", name); err != nil {
+		return false, err
+	}
+	if err := leadership.ValidateName("holder", holder); err != nil {
+		return false, err
+	}
+	return r.Do(ctx, Release{Name: name, Holder: holder, Version: version})
+}
+
 // NewAcquires returns the batcher of a store's Acquire calls: send decides
 // a batch, describe words the error of a request. A request that
 // [Exhausted] describes fails alone.
