@@ -204,10 +204,6 @@ type config struct {
 	// clocks reads the clock pair of suspend detection; nil means the
 	// operating system's clocks.
 	clocks clockPair
-	// ownRenewSchedule renews RenewInterval after each successful attempt
-	// instead of at the ticks shared by the flags of the store
-	// ([RenewalTicks]), as before they existed: for comparisons.
-	ownRenewSchedule bool
 	// tickShift moves the renewal ticks of the flag later by this much
 	// (less than RenewInterval): the simulation gives each flag its own
 	// so that no two events of a schedule fall on one virtual instant,

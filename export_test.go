@@ -30,14 +30,6 @@ func (b *FlagBuilder) ClocksForTest(fn func() (mono, boot time.Duration)) *FlagB
 	return b
 }
 
-// OwnRenewScheduleForTest makes the flags built by b renew RenewInterval
-// after each successful attempt instead of at the renewal ticks they share
-// with the other flags of their store.
-func (b *FlagBuilder) OwnRenewScheduleForTest() *FlagBuilder {
-	b.c.ownRenewSchedule = true
-	return b
-}
-
 // RenewTicksShiftedForTest moves the renewal ticks of the flags built by
 // b later by d, less than their RenewInterval.
 func (b *FlagBuilder) RenewTicksShiftedForTest(d time.Duration) *FlagBuilder {

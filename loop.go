@@ -366,7 +366,7 @@ func (f *Flag) lowerLocked(reason string) {
 // RenewInterval.
 func (f *Flag) renewDelay() time.Duration {
 	t, r := f.ticks, f.c.renewInterval
-	if t.grid == nil || f.c.ownRenewSchedule {
+	if t.grid == nil {
 		return r
 	}
 	shift := int64(t.phase*float64(r)) + int64(f.c.tickShift)
