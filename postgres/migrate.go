@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/jackc/pgx/v5"
@@ -21,7 +22,10 @@ import (
 // anything is created. Concurrent calls from many processes are serialized
 // by golang-migrate's advisory lock, a session-level lock that a pooler in
 // transaction mode cannot keep on one session (see docs/operations.md,
-// "PostgreSQL behind a pooler"). Once a call has succeeded, later calls on the same Store
+// "PostgreSQL behind a pooler"). A call whose ctx ends while it waits for
+// that lock returns ctx's error, naming the server processes that hold it
+// (golang-migrate itself waits without a context); a migration that has
+// begun runs to its end, as cutting it would leave the schema dirty. Once a call has succeeded, later calls on the same Store
 // return nil without touching the database, so building many flags on one
 // store migrates once. It never closes the pool.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
@@ -60,7 +64,10 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if !canCreate && !have {
 		return fmt.Errorf("postgres: apply migrations: the role needs CREATE on schema %q (or let an administrator apply the migrations and build flags with Migrate(false))", *schema)
 	}
-	if err := s.migrate(); err != nil {
+	if err := s.migrate(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("postgres: apply migrations: %w: %w", ctx.Err(), err)
+		}
 		// golang-migrate wraps the statements' errors in a database.Error
 		// that does not unwrap, so its text is read too.
 		if sqlState(err) == codeInsufficientPrivilege || strings.Contains(err.Error(), "permission denied") {
@@ -75,17 +82,91 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 // tested on; [Store.Migrate] refuses older servers.
 const oldestSupported = 13
 
-func (s *Store) migrate() error {
+func (s *Store) migrate(ctx context.Context) error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
 	// the pool open; giveBack returns what golang-migrate kept.
-	db, giveBack := migrationDB(s.pool)
+	db, taken, giveBack := migrationDB(s.pool)
 	defer giveBack()
+	holders := make(chan string, 1)
+	stop := s.cutLockWaits(ctx, taken, holders)
+	// WithInstance takes golang-migrate's lock too, to create its table.
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
-	if err != nil {
+	if err == nil {
+		err = schema.Apply("postgres", "pgx5", drv)
+	} else {
 		db.Close()
+	}
+	stop()
+	select {
+	case pids := <-holders:
+		if pids == "" {
+			pids = "another session"
+		} else {
+			pids = "the server process(es) " + pids
+		}
+		return fmt.Errorf("%w, which %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)",
+			errMigrationLockWait, pids)
+	default:
 		return err
 	}
-	return schema.Apply("postgres", "pgx5", drv)
+}
+
+// errMigrationLockWait is the error of a Migrate whose context ended while
+// it waited for golang-migrate's lock.
+var errMigrationLockWait = errors.New("gave up waiting for the migration lock")
+
+// lockWaitPoll is how often cutLockWaits looks for a wait to cut.
+const lockWaitPoll = 50 * time.Millisecond
+
+// cutLockWaits makes Migrate end with ctx while it waits for
+// golang-migrate's session lock, which golang-migrate waits for without a
+// context (pg_advisory_lock): once ctx has ended, it cancels every wait
+// for an advisory lock of the sessions taken, every lockWaitPoll until
+// the returned function is called, and sends on holders, when it cut one,
+// the server processes that held the lock. A migration that has begun runs to its
+// end, as cutting it would leave the schema dirty.
+func (s *Store) cutLockWaits(ctx context.Context, taken *takenConns, holders chan<- string) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		for {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var (
+				pids string
+				cut  int
+			)
+			// The holders are read before the waits are cut, which ends them.
+			err := s.pool.QueryRow(cctx, `
+WITH w AS MATERIALIZED (
+    SELECT pid, pg_blocking_pids(pid) AS by FROM pg_locks
+    WHERE locktype = 'advisory' AND NOT granted AND pid = ANY($1)
+)
+SELECT coalesce((SELECT string_agg(DISTINCT b::text, ', ') FROM w, unnest(w.by) b), ''),
+       count(*) FILTER (WHERE pg_cancel_backend(pid))
+FROM w`, taken.pids()).Scan(&pids, &cut)
+			cancel()
+			if err == nil && cut > 0 {
+				select {
+				case holders <- pids:
+				default:
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(lockWaitPoll):
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // checkShape fails with a clear message when leadership_flags in the

@@ -19,11 +19,11 @@ import (
 // may hold golang-migrate's session lock. Call the function once
 // golang-migrate is done, whatever the outcome; closing the *sql.DB
 // leaves the pool open.
-func migrationDB(pool *pgxpool.Pool) (*sql.DB, func()) {
+func migrationDB(pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
 	t := &takenConns{Connector: stdlib.GetPoolConnector(pool)}
 	db := sql.OpenDB(t)
 	db.SetMaxIdleConns(0) // as stdlib.OpenDBFromPool: idle connections belong in the pool
-	return db, func() {
+	return db, t, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		for _, c := range t.open {
@@ -53,6 +53,20 @@ func (t *takenConns) Connect(ctx context.Context) (driver.Conn, error) {
 	t.open = append(t.open, tc)
 	t.mu.Unlock()
 	return tc, nil
+}
+
+// pids returns the server processes of the connections t handed out that
+// database/sql has not closed.
+func (t *takenConns) pids() []int32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var pids []int32
+	for _, c := range t.open {
+		if !c.closed {
+			pids = append(pids, int32(c.Conn.Conn().PgConn().PID()))
+		}
+	}
+	return pids
 }
 
 // takenConn is pgx's driver connection (all its methods), knowing whether
