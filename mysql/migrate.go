@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	mmysql "github.com/golang-migrate/migrate/v4/database/mysql"
@@ -26,7 +27,9 @@ import (
 // (MariaDB's enforce_storage_engine), naming the fix. In statement mode ([WithoutRoutines]) the migrations that
 // create or drop a procedure are applied as statements that change nothing, under
 // the same versions, so no routine privilege is needed. Concurrent
-// calls from many processes are serialized by golang-migrate's GET_LOCK.
+// calls from many processes are serialized by golang-migrate's GET_LOCK;
+// a call whose ctx ends while another session holds it returns ctx's
+// error, naming that session.
 // It never closes db: golang-migrate gets a connection of its own, closed
 // afterwards. Once a call has succeeded, later calls on the same Store
 // return nil without touching the database.
@@ -228,6 +231,13 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := waitForMigrationLock(ctx, conn); err != nil {
+		if !autocommit {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SET SESSION autocommit = 0`)
+		}
+		conn.Close()
+		return err
+	}
 	var drv database.Driver
 	drv, err = mmysql.WithConnection(ctx, conn, &mmysql.Config{MigrationsTable: migrations.MigrationsTable})
 	if err != nil {
@@ -244,6 +254,39 @@ func (s *Store) migrate(ctx context.Context) error {
 		return schema.ApplyFS(statementFS{migrations.FS}, "mysql", "mysql", drv)
 	}
 	return schema.Apply("mysql", "mysql", drv)
+}
+
+// lockWaitPoll is how often waitForMigrationLock looks at the lock.
+const lockWaitPoll = 50 * time.Millisecond
+
+// waitForMigrationLock waits until golang-migrate's lock (a GET_LOCK
+// named after the database and its version table) is free, or ctx ends,
+// which it returns, naming the connection that holds the lock:
+// golang-migrate waits for it up to 10 s without a context, so Migrate,
+// and Build, would otherwise outlast a shorter context. golang-migrate
+// then takes the lock itself; should another session take it first, it
+// waits for it as before, up to 10 s.
+func waitForMigrationLock(ctx context.Context, conn *sql.Conn) error {
+	var db string
+	if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
+		return err
+	}
+	name, err := database.GenerateAdvisoryLockId(db + ":" + migrations.MigrationsTable) // as golang-migrate names it
+	if err != nil {
+		return err
+	}
+	for {
+		var holder sql.NullInt64
+		if err := conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || !holder.Valid {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds (another process migrating, "+
+				"or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)", ctx.Err(), holder.Int64)
+		case <-time.After(lockWaitPoll):
+		}
+	}
 }
 
 // autocommitOff is golang-migrate's driver on a connection whose session
