@@ -75,7 +75,15 @@ func (s *Store) migrateOnce(ctx context.Context, fsys fs.FS) (err error) {
 	}
 	defer conn.Close()
 	// BEGIN IMMEDIATE takes the write lock at once (waiting out the busy
-	// timeout), so two processes never both read the same old version.
+	// timeout, bounded by ctx's deadline: see busy.go), so two processes
+	// never both read the same old version.
+	restore, err := boundBusyWait(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if restore != nil {
+		defer restore()
+	}
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}
