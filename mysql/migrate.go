@@ -260,12 +260,12 @@ func (s *Store) migrate(ctx context.Context) error {
 const lockWaitPoll = 50 * time.Millisecond
 
 // waitForMigrationLock waits until golang-migrate's lock (a GET_LOCK
-// named after the database and its version table) is free, or ctx ends,
-// which it returns, naming the connection that holds the lock:
-// golang-migrate waits for it up to 10 s without a context, so Migrate,
-// and Build, would otherwise outlast a shorter context. golang-migrate
-// then takes the lock itself; should another session take it first, it
-// waits for it as before, up to 10 s.
+// named after the database and its version table) is free. It fails,
+// naming the connection that holds the lock, when ctx ends or after
+// migrationLockWait: golang-migrate waits for the lock up to 10 s without
+// a context, so Migrate, and Build, would otherwise outlast a shorter
+// context. golang-migrate then takes the lock itself; should another
+// session take it first, it waits for it as before, up to 10 s.
 func waitForMigrationLock(ctx context.Context, conn *sql.Conn) error {
 	var db string
 	if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
@@ -275,19 +275,27 @@ func waitForMigrationLock(ctx context.Context, conn *sql.Conn) error {
 	if err != nil {
 		return err
 	}
+	giveUp := time.NewTimer(migrationLockWait)
+	defer giveUp.Stop()
 	for {
 		var holder sql.NullInt64
 		if err := conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || !holder.Valid {
 			return err
 		}
+		const who = "(another process migrating, or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)"
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds (another process migrating, "+
-				"or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)", ctx.Err(), holder.Int64)
+			return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds %s", ctx.Err(), holder.Int64, who)
+		case <-giveUp.C:
+			return fmt.Errorf("gave up after %v waiting for the migration lock, which the connection %d holds %s", migrationLockWait, holder.Int64, who)
 		case <-time.After(lockWaitPoll):
 		}
 	}
 }
+
+// migrationLockWait is how long waitForMigrationLock waits at most, as
+// golang-migrate's GET_LOCK does.
+const migrationLockWait = 10 * time.Second
 
 // autocommitOff is golang-migrate's driver on a connection whose session
 // had autocommit off: Close turns it off again before the driver returns

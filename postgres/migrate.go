@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	mdatabase "github.com/golang-migrate/migrate/v4/database"
 	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/jackc/pgx/v5"
 
@@ -85,10 +86,8 @@ const oldestSupported = 13
 func (s *Store) migrate(ctx context.Context) error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
 	// the pool open; giveBack returns what golang-migrate kept.
-	db, taken, giveBack := migrationDB(s.pool)
+	db, taken, giveBack := migrationDB(ctx, s.pool)
 	defer giveBack()
-	holders := make(chan string, 1)
-	stop := s.cutLockWaits(ctx, taken, holders)
 	// WithInstance takes golang-migrate's lock too, to create its table.
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
 	if err == nil {
@@ -96,77 +95,36 @@ func (s *Store) migrate(ctx context.Context) error {
 	} else {
 		db.Close()
 	}
-	stop()
-	select {
-	case pids := <-holders:
-		if pids == "" {
-			pids = "another session"
-		} else {
-			pids = "the server process(es) " + pids
-		}
+	if err != nil && taken.lockWaitCut() {
 		return fmt.Errorf("%w, which %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)",
-			errMigrationLockWait, pids)
-	default:
-		return err
+			errMigrationLockWait, s.migrationLockHolders())
 	}
+	return err
 }
 
 // errMigrationLockWait is the error of a Migrate whose context ended while
 // it waited for golang-migrate's lock.
 var errMigrationLockWait = errors.New("gave up waiting for the migration lock")
 
-// lockWaitPoll is how often cutLockWaits looks for a wait to cut.
-const lockWaitPoll = 50 * time.Millisecond
-
-// cutLockWaits makes Migrate end with ctx while it waits for
-// golang-migrate's session lock, which golang-migrate waits for without a
-// context (pg_advisory_lock): once ctx has ended, it cancels every wait
-// for an advisory lock of the sessions taken, every lockWaitPoll until
-// the returned function is called, and sends on holders, when it cut one,
-// the server processes that held the lock. A migration that has begun runs to its
-// end, as cutting it would leave the schema dirty.
-func (s *Store) cutLockWaits(ctx context.Context, taken *takenConns, holders chan<- string) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-		}
-		for {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			var (
-				pids string
-				cut  int
-			)
-			// The holders are read before the waits are cut, which ends them.
-			err := s.pool.QueryRow(cctx, `
-WITH w AS MATERIALIZED (
-    SELECT pid, pg_blocking_pids(pid) AS by FROM pg_locks
-    WHERE locktype = 'advisory' AND NOT granted AND pid = ANY($1)
-)
-SELECT coalesce((SELECT string_agg(DISTINCT b::text, ', ') FROM w, unnest(w.by) b), ''),
-       count(*) FILTER (WHERE pg_cancel_backend(pid))
-FROM w`, taken.pids()).Scan(&pids, &cut)
-			cancel()
-			if err == nil && cut > 0 {
-				select {
-				case holders <- pids:
-				default:
-				}
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(lockWaitPoll):
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
+// migrationLockHolders names the server processes that hold
+// golang-migrate's lock in the current database and schema.
+func (s *Store) migrationLockHolders() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var database, schema, pids string
+	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
+		return "another session"
 	}
+	key, err := mdatabase.GenerateAdvisoryLockId(database, schema, migrations.MigrationsTable) // as golang-migrate's key
+	if err != nil {
+		return "another session"
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(string_agg(pid::text, ', '), '') FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&pids); err != nil || pids == "" {
+		return "another session"
+	}
+	return "the server process " + pids
 }
 
 // checkShape fails with a clear message when leadership_flags in the

@@ -19,8 +19,14 @@ import (
 // may hold golang-migrate's session lock. Call the function once
 // golang-migrate is done, whatever the outcome; closing the *sql.DB
 // leaves the pool open.
-func migrationDB(pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
-	t := &takenConns{Connector: stdlib.GetPoolConnector(pool)}
+//
+// golang-migrate waits for its session lock without a context
+// (migrationLockQuery, in context.Background()); on these connections
+// that statement runs under lockCtx instead, so that Migrate ends with
+// its context while another session holds the lock, and the returned
+// *takenConns reports whether it did (lockWaitCut).
+func migrationDB(lockCtx context.Context, pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
+	t := &takenConns{Connector: stdlib.GetPoolConnector(pool), lockCtx: lockCtx}
 	db := sql.OpenDB(t)
 	db.SetMaxIdleConns(0) // as stdlib.OpenDBFromPool: idle connections belong in the pool
 	return db, t, func() {
@@ -39,8 +45,23 @@ func migrationDB(pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
 // takenConns is a connector that remembers the connections it hands out.
 type takenConns struct {
 	driver.Connector
-	mu   sync.Mutex
-	open []*takenConn
+	lockCtx context.Context
+	mu      sync.Mutex
+	open    []*takenConn
+	cut     bool // a wait for the lock ended with lockCtx
+}
+
+// migrationLockQuery is the statement by which golang-migrate's pgx driver
+// takes its session lock, waiting for it as long as another session holds
+// it.
+const migrationLockQuery = `SELECT pg_advisory_lock($1)`
+
+// lockWaitCut reports whether a wait for golang-migrate's lock ended
+// because lockCtx did.
+func (t *takenConns) lockWaitCut() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cut
 }
 
 func (t *takenConns) Connect(ctx context.Context) (driver.Conn, error) {
@@ -48,38 +69,38 @@ func (t *takenConns) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &takenConn{Conn: c.(*stdlib.Conn), mu: &t.mu}
+	tc := &takenConn{Conn: c.(*stdlib.Conn), taken: t}
 	t.mu.Lock()
 	t.open = append(t.open, tc)
 	t.mu.Unlock()
 	return tc, nil
 }
 
-// pids returns the server processes of the connections t handed out that
-// database/sql has not closed.
-func (t *takenConns) pids() []int32 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var pids []int32
-	for _, c := range t.open {
-		if !c.closed {
-			pids = append(pids, int32(c.Conn.Conn().PgConn().PID()))
-		}
-	}
-	return pids
-}
-
 // takenConn is pgx's driver connection (all its methods), knowing whether
-// database/sql closed it.
+// database/sql closed it, and running golang-migrate's lock statement
+// under the lock context.
 type takenConn struct {
 	*stdlib.Conn
-	mu     *sync.Mutex
+	taken  *takenConns
 	closed bool
 }
 
+func (c *takenConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if query != migrationLockQuery {
+		return c.Conn.ExecContext(ctx, query, args)
+	}
+	res, err := c.Conn.ExecContext(c.taken.lockCtx, query, args)
+	if err != nil && c.taken.lockCtx.Err() != nil {
+		c.taken.mu.Lock()
+		c.taken.cut = true
+		c.taken.mu.Unlock()
+	}
+	return res, err
+}
+
 func (c *takenConn) Close() error {
-	c.mu.Lock()
+	c.taken.mu.Lock()
 	c.closed = true
-	c.mu.Unlock()
+	c.taken.mu.Unlock()
 	return c.Conn.Close()
 }
