@@ -24,11 +24,12 @@ import (
 // by golang-migrate's advisory lock, a session-level lock that a pooler in
 // transaction mode cannot keep on one session (see docs/operations.md,
 // "PostgreSQL behind a pooler"). A call whose ctx ends while it waits for
-// that lock returns ctx's error, naming the server processes that hold it
+// that lock returns ctx's error, naming the server process that holds it
 // (golang-migrate itself waits without a context); a migration that has
-// begun runs to its end, as cutting it would leave the schema dirty. Once a call has succeeded, later calls on the same Store
-// return nil without touching the database, so building many flags on one
-// store migrates once. It never closes the pool.
+// begun runs to its end, as cutting it would leave the schema dirty.
+// Once a call has succeeded, later calls on the same Store return nil
+// without touching the database, so building many flags on one store
+// migrates once. It never closes the pool.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
 
 func (s *Store) applyMigrations(ctx context.Context) error {

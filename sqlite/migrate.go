@@ -29,7 +29,8 @@ const dirtyWait = 3 * time.Second
 // and checks the flag table's shape. All pending migrations and the new
 // version are written in one IMMEDIATE transaction, so processes that
 // migrate one file at once are serialized by SQLite's write lock and never
-// see a migration half-applied. A version marked dirty (a golang-migrate
+// see a migration half-applied; the wait for that lock ends at ctx's
+// deadline, or after the connection's busy timeout. A version marked dirty (a golang-migrate
 // run that failed or stopped half-way) fails Migrate within a few seconds,
 // with an error that says how to fix it. It does not close the database.
 // Once a call has succeeded, later calls on the same Store return nil
