@@ -220,8 +220,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	// (error 1568). So autocommit is turned on for this connection, which
 	// commits whatever the session had left open, and turned off again
 	// before the connection returns to the pool.
-	var autocommit bool
-	if err := conn.QueryRowContext(ctx, `SELECT @@SESSION.autocommit`).Scan(&autocommit); err != nil {
+	var (
+		autocommit bool
+		db         string
+	)
+	if err := conn.QueryRowContext(ctx, `SELECT @@SESSION.autocommit, DATABASE()`).Scan(&autocommit, &db); err != nil {
 		conn.Close()
 		return err
 	}
@@ -231,7 +234,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := waitForMigrationLock(ctx, conn); err != nil {
+	if err := waitForMigrationLock(ctx, conn, db); err != nil {
 		if !autocommit {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SET SESSION autocommit = 0`)
 		}
@@ -260,17 +263,13 @@ func (s *Store) migrate(ctx context.Context) error {
 const lockWaitPoll = 50 * time.Millisecond
 
 // waitForMigrationLock waits until golang-migrate's lock (a GET_LOCK
-// named after the database and its version table) is free. It fails,
+// named after the database db and its version table) is free. It fails,
 // naming the connection that holds the lock, when ctx ends or after
 // migrationLockWait: golang-migrate waits for the lock up to 10 s without
 // a context, so Migrate, and Build, would otherwise outlast a shorter
 // context. golang-migrate then takes the lock itself; should another
 // session take it first, it waits for it as before, up to 10 s.
-func waitForMigrationLock(ctx context.Context, conn *sql.Conn) error {
-	var db string
-	if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
-		return err
-	}
+func waitForMigrationLock(ctx context.Context, conn *sql.Conn, db string) error {
 	name, err := database.GenerateAdvisoryLockId(db + ":" + migrations.MigrationsTable) // as golang-migrate names it
 	if err != nil {
 		return err

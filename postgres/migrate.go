@@ -96,7 +96,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	} else {
 		db.Close()
 	}
-	if err != nil && taken.lockWaitCut() {
+	if err != nil && taken.cut.Load() {
 		return fmt.Errorf("%w, which %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)",
 			errMigrationLockWait, s.migrationLockHolders())
 	}

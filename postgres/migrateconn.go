@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -24,7 +25,7 @@ import (
 // (migrationLockQuery, in context.Background()); on these connections
 // that statement runs under lockCtx instead, so that Migrate ends with
 // its context while another session holds the lock, and the returned
-// *takenConns reports whether it did (lockWaitCut).
+// *takenConns reports whether it did (cut).
 func migrationDB(lockCtx context.Context, pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
 	t := &takenConns{Connector: stdlib.GetPoolConnector(pool), lockCtx: lockCtx}
 	db := sql.OpenDB(t)
@@ -48,21 +49,13 @@ type takenConns struct {
 	lockCtx context.Context
 	mu      sync.Mutex
 	open    []*takenConn
-	cut     bool // a wait for the lock ended with lockCtx
+	cut     atomic.Bool // a wait for the lock ended with lockCtx
 }
 
 // migrationLockQuery is the statement by which golang-migrate's pgx driver
 // takes its session lock, waiting for it as long as another session holds
 // it.
 const migrationLockQuery = `SELECT pg_advisory_lock($1)`
-
-// lockWaitCut reports whether a wait for golang-migrate's lock ended
-// because lockCtx did.
-func (t *takenConns) lockWaitCut() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cut
-}
 
 func (t *takenConns) Connect(ctx context.Context) (driver.Conn, error) {
 	c, err := t.Connector.Connect(ctx)
@@ -91,9 +84,7 @@ func (c *takenConn) ExecContext(ctx context.Context, query string, args []driver
 	}
 	res, err := c.Conn.ExecContext(c.taken.lockCtx, query, args)
 	if err != nil && c.taken.lockCtx.Err() != nil {
-		c.taken.mu.Lock()
-		c.taken.cut = true
-		c.taken.mu.Unlock()
+		c.taken.cut.Store(true)
 	}
 	return res, err
 }

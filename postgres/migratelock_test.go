@@ -1,12 +1,9 @@
 package postgres_test
 
 import (
-	"context"
-	"errors"
-	"strconv"
-	"strings"
+	"fmt"
+	"sync"
 	"testing"
-	"time"
 
 	mdatabase "github.com/golang-migrate/migrate/v4/database"
 	mpgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -50,39 +47,12 @@ func TestMigrateEndsWithItsContextWhileAnotherHoldsTheMigrationLock(t *testing.T
 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&holder); err != nil {
 		t.Fatalf("find the session holding the migration lock: %v", err)
 	}
-	unlocked := false
-	unlock := func() {
-		if !unlocked {
-			unlocked = true
-			if err := drv.Unlock(); err != nil {
-				t.Error(err)
-			}
+	unlock := sync.OnceFunc(func() {
+		if err := drv.Unlock(); err != nil {
+			t.Error(err)
 		}
-	}
+	})
 	t.Cleanup(func() { unlock(); _ = drv.Close() })
-
 	s := newStore(t, newPool(t, dsn))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	began := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- s.Migrate(ctx) }()
-	select {
-	case err := <-done:
-		t.Logf("Migrate returned %v after its context's end, with: %v", time.Since(began)-time.Second, err)
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "migration lock") {
-			t.Fatalf("Migrate while another session holds the migration lock = %v; want the context's error, naming the migration lock", err)
-		}
-		if !strings.Contains(err.Error(), strconv.Itoa(holder)) {
-			t.Fatalf("Migrate's error %q does not name the server process %d that holds the lock", err, holder)
-		}
-	case <-time.After(15 * time.Second):
-		unlock() // lets the stuck Migrate finish, so that the test ends
-		<-done
-		t.Fatal("Migrate was still waiting for the migration lock 14 s after its context ended")
-	}
-	unlock()
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatalf("Migrate after the holder let the lock go: %v", err)
-	}
+	testdb.CheckMigrateEndsWithItsContext(t, s.Migrate, fmt.Sprintf("process %d ", holder), unlock)
 }
