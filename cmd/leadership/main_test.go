@@ -30,6 +30,9 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
+	if file := os.Getenv(killHelperEnv); file != "" {
+		os.Exit(killDescendantsHelper(file))
+	}
 	dir, err := os.MkdirTemp("", "leadership-cli")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

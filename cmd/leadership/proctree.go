@@ -51,11 +51,12 @@ func checkProcNamespace() error {
 
 // proc is one process below this one.
 type proc struct {
-	pid, ppid, pgrp int
-	alive           bool // some thread has not exited: not a zombie, or a zombie leader whose other threads run
+	pid, ppid, pgrp, sid int
+	alive                bool // some thread has not exited: not a zombie, or a zombie leader whose other threads run
 }
 
-// readStat reads pid's parent, process group and state from /proc.
+// readStat reads pid's parent, process group, session and state from
+// /proc.
 func readStat(pid int) (proc, error) {
 	dir := "/proc/" + strconv.Itoa(pid)
 	data, err := os.ReadFile(dir + "/stat")
@@ -64,16 +65,17 @@ func readStat(pid int) (proc, error) {
 	}
 	s := string(data)
 	i := strings.LastIndexByte(s, ')') // the command name may hold anything
-	f := strings.Fields(s[i+1:])       // state ppid pgrp ...
-	if i < 0 || len(f) < 3 {
+	f := strings.Fields(s[i+1:])       // state ppid pgrp session ...
+	if i < 0 || len(f) < 4 {
 		return proc{}, fmt.Errorf("%s/stat: malformed", dir)
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	pgrp, err2 := strconv.Atoi(f[2])
-	if err1 != nil || err2 != nil {
+	sid, err3 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil || err3 != nil {
 		return proc{}, fmt.Errorf("%s/stat: malformed", dir)
 	}
-	p := proc{pid: pid, ppid: ppid, pgrp: pgrp, alive: f[0] != "Z" && f[0] != "X"}
+	p := proc{pid: pid, ppid: ppid, pgrp: pgrp, sid: sid, alive: f[0] != "Z" && f[0] != "X"}
 	if f[0] == "Z" {
 		// A main thread that called SYS_exit or pthread_exit leaves the
 		// process a zombie in stat while its other threads run: it is
@@ -101,8 +103,12 @@ func readStat(pid int) (proc, error) {
 // next and exits at once, whose orphans the subreaper inherits) little
 // room. Without those files (a kernel built without CONFIG_PROC_CHILDREN)
 // it reads every process of /proc, in pid order.
-func sweep(tree map[int]bool, found func(p proc, fd int)) (more bool, err error) {
-	s := &sweeper{tree: tree, found: found}
+//
+// A sweep with a deadline (until, CLOCK_MONOTONIC nanoseconds; 0 for
+// none) stops there, reporting more: a sweep that follows a fork relay
+// from each process to its child can go on for as long as the relay runs.
+func sweep(tree map[int]bool, until int64, found func(p proc, fd int)) (more bool, err error) {
+	s := &sweeper{tree: tree, until: until, found: found}
 	if childrenFiles() {
 		s.walk()
 	} else {
@@ -114,14 +120,24 @@ func sweep(tree map[int]bool, found func(p proc, fd int)) (more bool, err error)
 // sweeper is one sweep.
 type sweeper struct {
 	tree  map[int]bool
+	until int64
 	found func(p proc, fd int)
 	more  bool
+}
+
+// expired reports whether the sweep's deadline has passed.
+func (s *sweeper) expired() bool {
+	if s.until != 0 && monoNow() >= s.until {
+		s.more = true
+		return true
+	}
+	return false
 }
 
 // visit pins and hands over pid if its parent is in the tree; listed says
 // a children file named it.
 func (s *sweeper) visit(pid int, listed bool) bool {
-	if s.tree[pid] {
+	if s.tree[pid] || s.expired() {
 		return false
 	}
 	s.more = s.more || listed
@@ -152,7 +168,7 @@ func (s *sweeper) walk() {
 	for pid := range s.tree {
 		queue = append(queue, pid)
 	}
-	for len(queue) > 0 {
+	for len(queue) > 0 && !s.expired() {
 		dir := "/proc/" + strconv.Itoa(queue[0]) + "/task/"
 		queue = queue[1:]
 		tasks, _ := os.ReadDir(dir) // none once the process is gone
@@ -213,15 +229,19 @@ func closeFD(fd int) {
 	}
 }
 
-// signalDescendants sends sig to every process below this one except the
-// members of process group skipGroup (0 for none), which the caller
-// signals as a group, in one sweep of /proc: a process listed before its
-// parent, or forked after the sweep passed, is missed. (Sweeping until
-// nothing new appears would never end while a fork relay runs.)
-func signalDescendants(sig syscall.Signal, skipGroup int) {
-	_, _ = sweep(map[int]bool{os.Getpid(): true}, func(p proc, fd int) {
+// signalDescendants sends each of sigs, in order, to every process below
+// this one except the members of process group skipGroup (0 for none),
+// which the caller signals as a group, in one sweep of /proc that ends by
+// until (see sweep): a process listed before its parent, forked after the
+// sweep passed, or not reached by until, is missed. (Sweeping until
+// nothing new appears would never end while a fork relay runs; so might
+// one sweep that follows the relay, hence until.)
+func signalDescendants(skipGroup int, until int64, sigs ...syscall.Signal) {
+	_, _ = sweep(map[int]bool{os.Getpid(): true}, until, func(p proc, fd int) {
 		if skipGroup == 0 || p.pgrp != skipGroup {
-			send(fd, p.pid, sig)
+			for _, sig := range sigs {
+				send(fd, p.pid, sig)
+			}
 		}
 		closeFD(fd)
 	})
@@ -231,23 +251,36 @@ func signalDescendants(sig syscall.Signal, skipGroup int) {
 // none; its descendants are killed). It stops each process with SIGSTOP as
 // a sweep finds it, so that the process can no longer fork, exit or be
 // reaped, sweeps again until a sweep finds no process it has not stopped
-// (and missed none), then sends SIGKILL to all of them. It returns how many were alive
-// (zombies whose threads have all exited do not count, a zombie leader
-// with live threads does); callers repeat it until none is. A process that
-// forks a child and exits faster than a sweep reaches the child (a fork
-// relay) can escape a call; the next call tries again.
+// (and missed none), then sends SIGKILL to all of them. It returns how
+// many were alive (zombies whose threads have all exited do not count, a
+// zombie leader with live threads does); callers repeat it until none is.
+//
+// A process found in a session other than this one's is killed at once
+// with its whole process group (kill(-pgrp), which the kernel delivers to
+// every member, including a child forked meanwhile). That session was
+// created by a process of the tree (setsid), and a session gains members
+// only by fork, so each of its groups holds processes of the tree only.
+// This catches a fork relay (a process that forks the next and exits at
+// once, faster than a sweep reaches the child) whose processes keep their
+// group, as a relay started with setsid does. A relay that also leaves its
+// group at every fork can still escape a call, as can one in this
+// process's session; the next call tries again.
 func killDescendants(skip int) (alive int) {
 	type pinned struct{ pid, fd int }
 	var stopped []pinned
+	session, _ := unix.Getsid(0)
 	tree := map[int]bool{os.Getpid(): true}
 	for more := true; more; {
 		var err error
-		more, err = sweep(tree, func(p proc, fd int) {
+		more, err = sweep(tree, 0, func(p proc, fd int) {
 			if p.pid == skip {
 				closeFD(fd)
 				return
 			}
 			send(fd, p.pid, syscall.SIGSTOP)
+			if p.sid != session && p.pgrp > 0 {
+				_ = syscall.Kill(-p.pgrp, syscall.SIGKILL)
+			}
 			stopped = append(stopped, pinned{p.pid, fd})
 			if p.alive {
 				alive++

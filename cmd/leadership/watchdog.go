@@ -404,22 +404,25 @@ func (w *watchdog) stop(from int64, cause string) {
 		w.killing = true
 		return // no time left for SIGTERM: the loop sends SIGKILL at once
 	}
-	w.signal(syscall.SIGTERM)
-	w.signal(syscall.SIGCONT) // a stopped process must run to act on SIGTERM
+	w.signal(syscall.SIGTERM, syscall.SIGCONT) // a stopped process must run to act on SIGTERM
 }
 
-// signal sends sig to the command's process group while its leader is
-// unreaped (until then the group id cannot be reused), and to every other
-// process of the tree: SIGKILL through the cgroup if there is one, then by
-// sweeps of /proc, for what cgroup.kill misses (see cgroup.go).
-func (w *watchdog) signal(sig syscall.Signal) {
+// signal sends each of sigs to the command's process group while its
+// leader is unreaped (until then the group id cannot be reused), and to
+// every other process of the tree: SIGKILL through the cgroup if there is
+// one, then by sweeps of /proc, for what cgroup.kill misses (see
+// cgroup.go). Other signals go in one sweep that ends when the SIGKILL is
+// due, so that it never delays the SIGKILL.
+func (w *watchdog) signal(sigs ...syscall.Signal) {
 	group := 0
 	if !w.cmdDone {
 		group = w.cmd
-		_ = syscall.Kill(-group, sig)
+		for _, sig := range sigs {
+			_ = syscall.Kill(-group, sig)
+		}
 	}
-	if sig != syscall.SIGKILL {
-		signalDescendants(sig, group)
+	if sigs[0] != syscall.SIGKILL {
+		signalDescendants(group, w.killAt, sigs...)
 		return
 	}
 	if w.cgroup != "" {
