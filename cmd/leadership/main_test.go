@@ -30,8 +30,8 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	if file := os.Getenv(killHelperEnv); file != "" {
-		os.Exit(killDescendantsHelper(file))
+	if name, arg, ok := strings.Cut(os.Getenv(helperEnv), ":"); ok {
+		os.Exit(runHelper(name, arg))
 	}
 	dir, err := os.MkdirTemp("", "leadership-cli")
 	if err != nil {

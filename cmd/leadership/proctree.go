@@ -264,11 +264,18 @@ func signalDescendants(skipGroup int, until int64, sigs ...syscall.Signal) {
 // once, faster than a sweep reaches the child) whose processes keep their
 // group, as a relay started with setsid does. A relay that also leaves its
 // group at every fork can still escape a call, as can one in this
-// process's session; the next call tries again.
+// process's session; the next call tries again. The group is signalled by
+// number, read from /proc microseconds before: were it to empty and its
+// number to be taken by a new group in between, which needs the whole pid
+// space to wrap around in that instant, the kill would reach that group.
+// As PID 1 of its namespace (a container's entrypoint, unshare --pid),
+// this process adopts every orphan of the namespace, not only the tree's,
+// so it kills no group then.
 func killDescendants(skip int) (alive int) {
 	type pinned struct{ pid, fd int }
 	var stopped []pinned
 	session, _ := unix.Getsid(0)
+	groups := os.Getpid() != 1
 	tree := map[int]bool{os.Getpid(): true}
 	for more := true; more; {
 		var err error
@@ -277,10 +284,10 @@ func killDescendants(skip int) (alive int) {
 				closeFD(fd)
 				return
 			}
-			send(fd, p.pid, syscall.SIGSTOP)
-			if p.sid != session && p.pgrp > 0 {
+			if groups && p.sid != session && p.pgrp > 1 {
 				_ = syscall.Kill(-p.pgrp, syscall.SIGKILL)
 			}
+			send(fd, p.pid, syscall.SIGSTOP)
 			stopped = append(stopped, pinned{p.pid, fd})
 			if p.alive {
 				alive++

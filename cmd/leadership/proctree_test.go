@@ -3,7 +3,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestBothSweepsFindTheTree: a sweep through the children files and a
@@ -82,15 +86,51 @@ func TestASweepEndsAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if found >= 11 || !more {
-		t.Fatalf("the sweep found %d of the 11 processes of the tree, more = %v: it did not stop at its deadline", found, more)
+	if found >= 11 {
+		t.Fatalf("the sweep found %d of the 11 processes of the tree: it did not stop at its deadline", found)
 	}
 	t.Logf("the sweep found %d of the 11 processes before its deadline", found)
+	// Past its deadline, a sweep finds nothing and says another may.
+	found = 0
+	more, err = sweep(map[int]bool{os.Getpid(): true}, monoNow(), func(p proc, fd int) { closeFD(fd); found++ })
+	if err != nil || found != 0 || !more {
+		t.Fatalf("a sweep past its deadline: found %d, more = %v, err = %v; want 0, true, nil", found, more, err)
+	}
 }
 
-// killHelperEnv names the file where killDescendantsHelper, run by
-// TestMain in a process of its own, writes the pid of the orphan.
-const killHelperEnv = "LEADERSHIP_TEST_KILL_DESCENDANTS"
+// helperEnv has TestMain run, instead of the tests, runHelper(NAME, ARG)
+// for its value NAME:ARG: a helper that signals every process below it
+// needs a process of its own.
+const helperEnv = "LEADERSHIP_TEST_HELPER"
+
+// runHelper runs the helper name with arg and returns the exit code.
+func runHelper(name, arg string) int {
+	var err error
+	switch name {
+	case "kill-descendants":
+		err = killDescendantsHelper(arg)
+	case "watchdog-step":
+		err = watchdogStepHelper()
+	default:
+		err = fmt.Errorf("no helper %q", name)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// helper runs the helper name with arg in a process of its own, failing t
+// if it fails.
+func helper(t *testing.T, name, arg string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+name+":"+arg)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper %s: %v\n%s", name, err, out)
+	}
+}
 
 // TestKillDescendantsKillsTheGroupsOfSessionsTheTreeMade: a process of the
 // tree in a session of its own (setsid) is killed with its whole process
@@ -103,21 +143,15 @@ const killHelperEnv = "LEADERSHIP_TEST_KILL_DESCENDANTS"
 func TestKillDescendantsKillsTheGroupsOfSessionsTheTreeMade(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "orphan")
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), killHelperEnv+"="+file)
-	if out, err := helper.CombinedOutput(); err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
+	helper(t, "kill-descendants", file)
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	orphan, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	t.Cleanup(func() {
-		if p, err := readStat(orphan); err == nil && p.alive {
-			_ = syscall.Kill(orphan, syscall.SIGKILL)
-		}
-	})
+	if fd, err := unix.PidfdOpen(orphan, 0); err == nil { // kill the orphan, not a recycled pid, if the test fails
+		t.Cleanup(func() { _ = unix.PidfdSendSignal(fd, syscall.SIGKILL, nil, 0); _ = unix.Close(fd) })
+	}
 	waitFor(t, 5*time.Second, "the orphan dies", func() bool {
 		s := state(orphan)
 		return s == "" || s == "Z" || s == "X"
@@ -126,13 +160,12 @@ func TestKillDescendantsKillsTheGroupsOfSessionsTheTreeMade(t *testing.T) {
 
 // killDescendantsHelper starts sh in a session of its own, which leaves an
 // orphaned sleep in its process group and writes its pid to file, then
-// kills every process below this one. It returns the exit code.
-func killDescendantsHelper(file string) int {
+// kills every process below this one.
+func killDescendantsHelper(file string) error {
 	sh := exec.Command("sh", "-c", `(sleep 60 & echo $! > "$0.new"; mv "$0.new" "$0"); exec sleep 60`, file)
 	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := sh.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
 		if data, err := os.ReadFile(file); err == nil {
@@ -142,12 +175,59 @@ func killDescendantsHelper(file string) int {
 			}
 		}
 		if time.Since(start) > 10*time.Second {
-			fmt.Fprintln(os.Stderr, "the orphan was not reparented out of the tree within 10 s")
 			_ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
-			return 1
+			return errors.New("the orphan was not reparented out of the tree within 10 s")
 		}
 	}
 	killDescendants(0)
-	_ = sh.Wait()
-	return 0
+	_ = sh.Wait() // killed
+	return nil
+}
+
+// TestAStepSleepsNoLaterThanTheSIGKILL: when the watchdog's own deadline
+// stops the tree (run stopped or starved), the step that sends SIGTERM
+// either begins the SIGKILL or sleeps until it is due, counting the time
+// its SIGTERM sweep took. (It read the clock before the sweep, and so
+// slept the sweep's time past the SIGKILL: up to the whole grace.)
+func TestAStepSleepsNoLaterThanTheSIGKILL(t *testing.T) {
+	t.Parallel()
+	helper(t, "watchdog-step", "")
+}
+
+// watchdogStepHelper starts a tree of 300 processes that ignore SIGTERM,
+// lets a watchdog's deadline pass with a grace of 20 ms, takes one step,
+// and fails unless that step began the SIGKILL or sleeps until it is due.
+// It kills the tree either way.
+func watchdogStepHelper() error {
+	sh := exec.Command("sh", "-c", `trap "" TERM; i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); done; wait`)
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sh.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		for killDescendants(0) > 0 {
+			reapChildren(nil)
+		}
+		_ = sh.Wait()
+	}()
+	children := "/proc/" + strconv.Itoa(sh.Process.Pid) + "/task/" + strconv.Itoa(sh.Process.Pid) + "/children"
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if data, _ := os.ReadFile(children); len(strings.Fields(string(data))) == 300 {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			return errors.New("sh did not start 300 sleeps within 20 s")
+		}
+	}
+	w := &watchdog{grace: int64(20 * time.Millisecond), margin: int64(100 * time.Millisecond), log: slog.New(slog.DiscardHandler),
+		started: true, cmd: sh.Process.Pid, deadline: monoNow()}
+	ts := w.step()
+	end := monoNow()
+	if !w.stopping {
+		return errors.New("a step past the deadline did not stop the tree")
+	}
+	if late := time.Duration(end + ts.Nano() - w.killAt); !w.killing && late > time.Millisecond {
+		return fmt.Errorf("after a step past the deadline (grace 20 ms), the watchdog sleeps until %v after the SIGKILL is due", late)
+	}
+	return nil
 }

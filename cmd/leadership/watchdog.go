@@ -222,11 +222,13 @@ func (w *watchdog) step() *unix.Timespec {
 	if !w.started {
 		return nil
 	}
-	now := monoNow()
-	w.checkDeadline(now)
+	w.checkDeadline(monoNow())
 	if w.cmdDone {
-		w.stop(now, causeExited) // the rest of the tree
+		w.stop(monoNow(), causeExited) // the rest of the tree
 	}
+	// The clock is read again: the SIGTERM sweep of a stop above may have
+	// run until the SIGKILL was due.
+	now := monoNow()
 	if w.stopping && now >= w.killAt {
 		w.killing = true
 	}
@@ -235,7 +237,7 @@ func (w *watchdog) step() *unix.Timespec {
 	case w.killing:
 		// Again at every wake-up until no child is left: a process forked
 		// while the tree was scanned is caught by the next scan.
-		w.signal(syscall.SIGKILL)
+		w.kill()
 		wake = now + int64(10*time.Millisecond)
 	case w.stopping:
 		wake = w.killAt
@@ -404,26 +406,31 @@ func (w *watchdog) stop(from int64, cause string) {
 		w.killing = true
 		return // no time left for SIGTERM: the loop sends SIGKILL at once
 	}
-	w.signal(syscall.SIGTERM, syscall.SIGCONT) // a stopped process must run to act on SIGTERM
+	w.terminate()
 }
 
-// signal sends each of sigs to the command's process group while its
-// leader is unreaped (until then the group id cannot be reused), and to
-// every other process of the tree: SIGKILL through the cgroup if there is
-// one, then by sweeps of /proc, for what cgroup.kill misses (see
-// cgroup.go). Other signals go in one sweep that ends when the SIGKILL is
-// due, so that it never delays the SIGKILL.
-func (w *watchdog) signal(sigs ...syscall.Signal) {
+// terminate sends SIGTERM, then SIGCONT (a stopped process must run to act
+// on SIGTERM), to the command's process group while its leader is unreaped
+// (until then the group id cannot be reused), and to every other process
+// of the tree in one sweep of /proc that ends when the SIGKILL is due, so
+// that it never delays the SIGKILL.
+func (w *watchdog) terminate() {
 	group := 0
 	if !w.cmdDone {
 		group = w.cmd
-		for _, sig := range sigs {
-			_ = syscall.Kill(-group, sig)
-		}
+		_ = syscall.Kill(-group, syscall.SIGTERM)
+		_ = syscall.Kill(-group, syscall.SIGCONT)
 	}
-	if sigs[0] != syscall.SIGKILL {
-		signalDescendants(group, w.killAt, sigs...)
-		return
+	signalDescendants(group, w.killAt, syscall.SIGTERM, syscall.SIGCONT)
+}
+
+// kill sends SIGKILL to the command's process group while its leader is
+// unreaped, and to every other process of the tree: through the cgroup if
+// there is one, then by sweeps of /proc, for what cgroup.kill misses (see
+// cgroup.go).
+func (w *watchdog) kill() {
+	if !w.cmdDone {
+		_ = syscall.Kill(-w.cmd, syscall.SIGKILL)
 	}
 	if w.cgroup != "" {
 		killCgroup(w.cgroup)
