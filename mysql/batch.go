@@ -202,37 +202,28 @@ func decodeResult(e []json.RawMessage, res *leadership.Result) error {
 	if len(e) != 5 {
 		return fmt.Errorf("%d values, want 5", len(e))
 	}
-	var won, renewed, expires int64
-	for _, f := range []struct {
-		raw json.RawMessage
-		to  *int64
-	}{{e[0], &won}, {e[2], &res.Version}, {e[3], &renewed}, {e[4], &expires}} {
-		n, err := jsonInt(f.raw)
-		if err != nil {
+	var won, version, renewed, expires jsonInt
+	for i, to := range []any{&won, &res.Holder, &version, &renewed, &expires} {
+		if err := json.Unmarshal(e[i], to); err != nil {
 			return err
 		}
-		*f.to = n
 	}
-	if err := json.Unmarshal(e[1], &res.Holder); err != nil {
-		return err
-	}
-	res.Acquired = won != 0
-	res.RenewedAt, res.ExpiresAt = time.UnixMicro(renewed), time.UnixMicro(expires)
+	res.Acquired, res.Version = won != 0, int64(version)
+	res.RenewedAt, res.ExpiresAt = time.UnixMicro(int64(renewed)), time.UnixMicro(int64(expires))
 	return nil
 }
 
-// jsonInt reads an integer that JSON_ARRAY wrote as a number (MySQL) or
-// as a string of digits (MariaDB, for a routine's BIGINT variable).
-func jsonInt(raw json.RawMessage) (int64, error) {
-	text := string(raw)
-	if unquoted, err := strconv.Unquote(text); err == nil {
-		text = unquoted
-	}
-	n, err := strconv.ParseInt(text, 10, 64)
+// jsonInt is an integer that JSON_ARRAY wrote as a number (MySQL) or as a
+// string of digits (MariaDB, for a routine's BIGINT variable).
+type jsonInt int64
+
+func (n *jsonInt) UnmarshalJSON(raw []byte) error {
+	v, err := strconv.ParseInt(strings.Trim(string(raw), `"`), 10, 64)
 	if err != nil {
-		return 0, errors.New("not an integer: " + string(raw))
+		return errors.New("not an integer: " + string(raw))
 	}
-	return n, nil
+	*n = jsonInt(v)
+	return nil
 }
 
 // releaseSQL ends the term (holder, version) of the flag name if it holds

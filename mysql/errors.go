@@ -74,13 +74,7 @@ func number(err error) uint16 {
 // (InnoDB rolls the statement back), a lock wait timeout or a duplicate key
 // from two inserts of a new flag racing. The flag treats any other error
 // as "not acquired", never as a raise.
-func transient(err error) bool {
-	switch number(err) {
-	case errLockDeadlock, errLockWaitTimeout, errDupEntry:
-		return true
-	}
-	return false
-}
+func transient(err error) bool { return retryTx(err) || number(err) == errDupEntry }
 
 // describe wraps err with what failed and, when the cause is known, how to
 // fix it. It never shows the DSN.

@@ -84,9 +84,6 @@ func RunFenced(ctx context.Context, db *sql.DB, leader leadership.Leader, fn fun
 // again: InnoDB rolled it back after a deadlock, or a statement waited
 // for a lock longer than innodb_lock_wait_timeout.
 func retryTx(err error) bool {
-	switch number(err) {
-	case errLockDeadlock, errLockWaitTimeout:
-		return true
-	}
-	return false
+	n := number(err)
+	return n == errLockDeadlock || n == errLockWaitTimeout
 }

@@ -47,11 +47,8 @@ func (s *Store) checkGrants(ctx context.Context) error {
 	for _, p := range grantProbes {
 		// Other errors than a refused privilege (no table yet, a read-only
 		// server) are for the statements that follow to report.
-		if _, err := tx.ExecContext(ctx, p[1]); err != nil {
-			switch number(err) {
-			case errTableAccessDenied, errColumnAccessDenied, errDBAccessDenied:
-				missing = append(missing, "GRANT "+p[0])
-			}
+		if _, err := tx.ExecContext(ctx, p[1]); denied(err) {
+			missing = append(missing, "GRANT "+p[0])
 		}
 	}
 	if len(missing) > 0 {
@@ -83,35 +80,16 @@ func (s *Store) checkRoutineGrants(ctx context.Context) error {
 	if version, dirty, err := s.SchemaVersion(ctx); err != nil || dirty || version >= routineSchema {
 		return nil // nothing to drop, or for golang-migrate to report
 	}
-	var (
-		db    string
-		names []string
-	)
+	var db, names string
 	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-		names = nil
-		if err := tx.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT routine_name FROM information_schema.routines
-WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				return err
-			}
-			names = append(names, name)
-		}
-		return rows.Err()
+		return tx.QueryRowContext(ctx, `SELECT DATABASE(), COALESCE(GROUP_CONCAT(routine_name SEPARATOR ' '), '') FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&db, &names)
 	})
 	if err != nil {
 		return describe("check routine privileges", err)
 	}
 	var missing []string
-	for _, name := range names {
+	for _, name := range strings.Fields(names) {
 		if _, err := s.db.ExecContext(ctx, "ALTER PROCEDURE "+name+" COMMENT ''"); denied(err) {
 			missing = append(missing, "GRANT ALTER ROUTINE ON PROCEDURE `"+db+"`."+name)
 		}
@@ -138,7 +116,7 @@ WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_nam
 // denied reports whether err is the server's refusal of a privilege.
 func denied(err error) bool {
 	switch number(err) {
-	case errProcAccessDenied, errDBAccessDenied, errTableAccessDenied, errSpecificDenied:
+	case errProcAccessDenied, errDBAccessDenied, errTableAccessDenied, errColumnAccessDenied, errSpecificDenied:
 		return true
 	}
 	return false

@@ -183,17 +183,13 @@ var routines = []struct{ name, migration string }{
 	{"leadership_acquire_many", "mysql/0016_create_rechecked_batch_acquire.up.sql"}, // a batch (batch.go)
 }
 
-var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
-
 // checkVersion refuses servers older than MySQL 8.0 and MariaDB 10.6, the
 // oldest the store is tested for.
 func checkVersion(v string) error {
-	m := versionRE.FindStringSubmatch(v)
-	if m == nil {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
 		return nil // unknown format: let the statements decide
 	}
-	major, _ := strconv.Atoi(m[1])
-	minor, _ := strconv.Atoi(m[2])
 	if strings.Contains(strings.ToLower(v), "mariadb") {
 		if major < 10 || major == 10 && minor < 6 {
 			return fmt.Errorf("mysql: server %s is too old: MariaDB 10.6 or later is needed", v)

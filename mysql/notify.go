@@ -194,13 +194,13 @@ func (s *Store) ringBells() {
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		next := now.Add(time.Hour)
+		wait := time.Hour
 		wanted := make(map[string]bool)
 		s.pmu.Lock()
 		for t, until := range s.leading {
 			if until.After(now) {
 				wanted[t.holder] = true
-				next = minTime(next, until)
+				wait = min(wait, until.Sub(now))
 			} else {
 				delete(s.leading, t) // past its lease without a renewal
 			}
@@ -221,29 +221,15 @@ func (s *Store) ringBells() {
 		}
 		s.pmu.Unlock()
 		if b.takeAt.After(now) {
-			next = minTime(next, b.takeAt) // else kicked when a bell is let go
+			wait = min(wait, b.takeAt.Sub(now)) // else kicked when a bell is let go
 		}
-		timer.Reset(time.Until(next))
+		timer.Reset(wait - time.Since(now))
 		select {
 		case <-s.ctx.Done():
 		case <-s.bellKick:
 		case <-timer.C:
 		}
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // bell is the connection of ringBells and the bells it holds.
@@ -432,7 +418,7 @@ func (s *Store) follow(ctx context.Context, holder string) {
 		now, err := sqlstore.FreeRows(ctx, conn)
 		if err == nil {
 			sqlstore.WakeFreed(&s.hub, free, now)
-			free, nextLook = now, maxTime(nextLook, time.Now()).Add(lookGap)
+			free, nextLook = now, time.Now().Add(max(time.Until(nextLook), 0)+lookGap)
 		}
 		return err
 	}
