@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"slices"
 
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/sqlstore"
@@ -109,6 +110,9 @@ func (s *Store) sendReleases(ctx context.Context, batch []*sqlstore.PendingRelea
 			rollback(conn.Conn)
 			return nil, fmt.Errorf("commit %d releases: %w", len(batch), err)
 		}
+	}
+	if slices.Contains(released, true) {
+		announceRelease(s.filePath(ctx, conn.Conn)) // notify.go
 	}
 	for i, p := range batch {
 		if released[i] {

@@ -27,14 +27,18 @@ import (
 //     256 ms after the last signal (ten reads at most per signal; a
 //     change seen does not stop them, since the kernel merges the
 //     signals of two writes that follow each other closely, and the
-//     second commit may become visible after the first).
+//     second commit may become visible after the first). A store that
+//     has released a flag sets the file's times once the release has
+//     committed (announceRelease), a second signal that comes when the
+//     commit is visible, however long the fsync took.
 //   - When data_version has changed, one SELECT lists the free rows
 //     (holder ''), and the flags of this store that wait on a row that
 //     has become free since the last look (a new (name, version) pair)
 //     are woken, as a release in this process wakes them.
 //
-// The signal is a hint: a writer that stalls for longer than the last
-// recheck between writing its commit and making it visible, a file
+// The signal is a hint: a writer of an older version that stalls for
+// longer than the last recheck between writing its commit and making it
+// visible, a store that cannot set the file's times, a file
 // system without change notifications, or a system other than Linux
 // leave the flags to their poll, so the store does not report that its
 // notifications reach other processes (NotifiesOtherProcesses), and the
@@ -74,9 +78,8 @@ func (s *Store) watch(ctx context.Context, _ string) {
 		return
 	}
 	defer conn.Close()
-	var path string
-	err = conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path)
-	if err != nil || path == "" {
+	path := s.filePath(ctx, conn)
+	if path == "" {
 		return // in memory, or a temporary database: no file to watch
 	}
 	signals, stop, err := fileChanges(filepath.Dir(path), filepath.Base(path))
@@ -113,6 +116,21 @@ func (s *Store) watch(ctx context.Context, _ string) {
 			timer.Reset(delay)
 		}
 	}
+}
+
+// filePath returns the path of the database's main file, "" for an
+// in-memory or temporary database (or when it cannot be read on conn);
+// it reads it once.
+func (s *Store) filePath(ctx context.Context, conn *sql.Conn) string {
+	if p := s.file.Load(); p != nil {
+		return *p
+	}
+	var path string
+	if err := conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
+		return ""
+	}
+	s.file.Store(&path)
+	return path
 }
 
 // watcher is the state of one watch.

@@ -9,10 +9,10 @@ import (
 )
 
 // fileChanges reports writes to the database file name in dir and to its
-// -wal file: the channel receives a value (values are dropped while one
-// is pending) after each, and after an overflow of the kernel's queue,
-// which may have dropped some. stop ends the reports and closes the
-// channel.
+// -wal file, and changes of their times (announceRelease): the channel
+// receives a value (values are dropped while one is pending) after each,
+// and after an overflow of the kernel's queue, which may have dropped
+// some. stop ends the reports and closes the channel.
 func fileChanges(dir, name string) (<-chan struct{}, func(), error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -20,7 +20,7 @@ func fileChanges(dir, name string) (<-chan struct{}, func(), error) {
 	}
 	// The directory, not the files: the -wal file is created and deleted
 	// as connections come and go.
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MODIFY|unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_MODIFY|unix.IN_ATTRIB|unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
 		unix.Close(fd)
 		return nil, nil, err
 	}
@@ -69,4 +69,14 @@ func matches(buf []byte, name string) bool {
 		buf = buf[end:]
 	}
 	return false
+}
+
+// announceRelease sets the times of the database file at path to now,
+// after a release has committed: the watchers of other processes get a
+// file-change signal (IN_ATTRIB) once the commit is visible, however long
+// its sync took after the -wal write that signalled it first.
+func announceRelease(path string) {
+	if path != "" {
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0)
+	}
 }

@@ -9,3 +9,6 @@ import "errors"
 func fileChanges(dir, name string) (<-chan struct{}, func(), error) {
 	return nil, nil, errors.New("sqlite: file-change signals are implemented on Linux only")
 }
+
+// announceRelease does nothing where no watcher runs.
+func announceRelease(string) {}

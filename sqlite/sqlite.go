@@ -90,6 +90,7 @@ type Store struct {
 	releases *sqlstore.Releases      // batch.go
 	ticks    leadership.RenewalTicks // batch.go
 	watching atomic.Bool             // the watcher watches the file: HintsOtherProcesses
+	file     atomic.Pointer[string]  // the main file's path, once read (notify.go)
 }
 
 var (

@@ -122,6 +122,7 @@ WHERE name = ? AND holder <> ''`, name)
 		return false, fmt.Errorf("sqlite: evict %q: rows affected: %w", name, err)
 	}
 	if n > 0 {
+		announceRelease(s.filePath(ctx, conn.Conn)) // notify.go
 		s.hub.Notify(name)
 	}
 	return n > 0, nil

@@ -88,9 +88,10 @@ func checkDefaults(t *testing.T, open Open, oneProcess bool) {
 	if err := leader.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	closeTook := time.Since(closed)
 	mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack)
 	took := time.Since(closed)
-	t.Logf("graceful handover at the default settings took %v (poll interval %v, store notifies other processes: %v, hints them: %v)", took, poll, crossProcess, hinted)
+	t.Logf("graceful handover at the default settings took %v, Close %v of it (poll interval %v, store notifies other processes: %v, hints them: %v)", took, closeTook, poll, crossProcess, hinted)
 	if pushed && took > poll/5 {
 		t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
 	}
