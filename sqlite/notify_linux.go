@@ -77,6 +77,6 @@ func matches(buf []byte, name string) bool {
 // its sync took after the -wal write that signalled it first.
 func announceRelease(path string) {
 	if path != "" {
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0)
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, unix.AT_SYMLINK_NOFOLLOW)
 	}
 }
