@@ -256,21 +256,13 @@ func signalDescendants(skipGroup int, until int64, sigs ...syscall.Signal) {
 // zombie leader with live threads does); callers repeat it until none is.
 //
 // A process found in a session other than this one's is killed at once
-// with its whole process group (kill(-pgrp), which the kernel delivers to
-// every member, including a child forked meanwhile). That session was
-// created by a process of the tree (setsid), and a session gains members
-// only by fork, so each of its groups holds processes of the tree only.
-// This catches a fork relay (a process that forks the next and exits at
-// once, faster than a sweep reaches the child) whose processes keep their
-// group, as a relay started with setsid does. A relay that also leaves its
-// group at every fork can still escape a call, as can one in this
-// process's session; the next call tries again. The group is signalled by
-// number, read from /proc microseconds before: were it to empty and its
-// number to be taken by a new group in between, which needs the whole pid
-// space to wrap around in that instant, the kill would reach that group.
-// As PID 1 of its namespace (a container's entrypoint, unshare --pid),
-// this process adopts every orphan of the namespace, not only the tree's,
-// so it kills no group then.
+// with its whole process group (kill(-pgrp), which also reaches a child
+// forked meanwhile): such a session was made by a process of the tree
+// (setsid), and sessions gain members only by fork, so its groups hold
+// processes of the tree only. So a fork relay that keeps its group dies
+// at the first sight of any of its processes. As PID 1 of its namespace
+// this process adopts every orphan there, not only the tree's, and kills
+// no group. The residuals are in docs/cli.md ("Sweeps of /proc").
 func killDescendants(skip int) (alive int) {
 	type pinned struct{ pid, fd int }
 	var stopped []pinned
