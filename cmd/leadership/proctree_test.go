@@ -109,6 +109,8 @@ func runHelper(name, arg string) int {
 		err = killDescendantsHelper(arg)
 	case "watchdog-step":
 		err = watchdogStepHelper()
+	case "pid1-kill-descendants":
+		err = pid1KillDescendantsHelper(arg)
 	default:
 		err = fmt.Errorf("no helper %q", name)
 	}
@@ -178,6 +180,126 @@ func killDescendantsHelper(file string) error {
 	}
 	killDescendants(0)
 	_ = sh.Wait() // killed
+	return nil
+}
+
+// TestAsPID1KillDescendantsKillsNoGroup: as PID 1 of its namespace (a
+// container's entrypoint), the caller adopts every orphan of the
+// namespace, so a session made by a process from outside (docker exec,
+// nsenter) can have a member that is the caller's child and members that
+// are not below it: killDescendants kills the child only, not its group.
+// The helper is PID 1 of new user, PID and mount namespaces; the session
+// comes through nsenter, and the namespace's end kills what is left.
+func TestAsPID1KillDescendantsKillsNoGroup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pid1 := exec.Command(os.Args[0], "-test.run=^$")
+	pid1.Env = append(os.Environ(), helperEnv+"=pid1-kill-descendants:"+dir)
+	pid1.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	var out strings.Builder
+	pid1.Stdout, pid1.Stderr = &out, &out
+	if err := pid1.Start(); err != nil {
+		t.Skipf("cannot make user, PID and mount namespaces here: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pid1.Wait() }()
+	select {
+	case err := <-done:
+		if strings.Contains(out.String(), "mount /proc") {
+			t.Skipf("cannot mount a /proc for the namespace here: %s", out.String())
+		}
+		t.Fatalf("the helper ended before it was ready: %v\n%s", err, out.String())
+	case <-waitFile(filepath.Join(dir, "ready")):
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err != nil {
+			_ = pid1.Process.Kill()
+			t.Fatalf("the helper was not ready within a minute\n%s", out.String())
+		}
+	}
+	// A session of its own whose leader's parent is nsenter, outside the
+	// namespace, and whose other member is orphaned to the helper.
+	session := exec.Command("nsenter", "--target", strconv.Itoa(pid1.Process.Pid), "--user", "--pid", "--mount",
+		"setsid", "sh", "-c", `echo $$ > "$0/leader.new"; mv "$0/leader.new" "$0/leader"
+(sleep 60 & echo $! > "$0/orphan.new"; mv "$0/orphan.new" "$0/orphan"); exec sleep 60`, dir)
+	if err := session.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = session.Wait() }) // its sleep dies with the namespace
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = pid1.Process.Kill()
+		t.Fatalf("the helper did not end within 60 s\n%s", out.String())
+	}
+}
+
+// waitFile returns a channel closed once file exists.
+func waitFile(file string) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for start := time.Now(); time.Since(start) < time.Minute; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(file); err == nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// pid1KillDescendantsHelper, PID 1 of its namespaces, mounts the
+// namespace's /proc, says it is ready, waits for the session of
+// TestAsPID1KillDescendantsKillsNoGroup (its leader, and a member orphaned
+// to this process), kills every process below this one, and fails unless
+// the orphan is dead and the leader, not below this one, alive.
+func pid1KillDescendantsHelper(dir string) error {
+	if os.Getpid() != 1 {
+		return fmt.Errorf("the helper is pid %d, not 1", os.Getpid())
+	}
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("mount /proc: make / private: %w", err)
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o600); err != nil {
+		return err
+	}
+	pid := func(name string) int {
+		data, _ := os.ReadFile(filepath.Join(dir, name))
+		n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		return n
+	}
+	var leader, orphan int
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		leader, orphan = pid("leader"), pid("orphan")
+		if p, err := readStat(orphan); leader != 0 && orphan != 0 && err == nil && p.ppid == 1 {
+			if l, err := readStat(leader); err != nil || l.pgrp != p.pgrp || l.ppid != 0 {
+				return fmt.Errorf("the session's leader %d is not in the orphan's group %d with a parent outside the namespace: %+v, %v", leader, p.pgrp, l, err)
+			}
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			return fmt.Errorf("no session with a member orphaned to PID 1 within 20 s (leader %d, orphan %d)", leader, orphan)
+		}
+	}
+	for killDescendants(0) > 0 {
+		reapChildren(nil)
+	}
+	reapChildren(nil)
+	if s := state(orphan); s != "" && s != "Z" && s != "X" {
+		return fmt.Errorf("the orphan %d, a child of PID 1, is alive after killDescendants (state %q)", orphan, s)
+	}
+	time.Sleep(100 * time.Millisecond) // a group's SIGKILL would have landed by now
+	if s := state(leader); s == "" || s == "Z" || s == "X" {
+		return fmt.Errorf("the session's leader %d, not below PID 1, was killed with the orphan's group (state %q)", leader, s)
+	}
 	return nil
 }
 
