@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/sqlite"
 )
@@ -56,5 +58,63 @@ func TestAReleaseSetsTheFileTimesOnceCommitted(t *testing.T) {
 		if info.ModTime().Before(past.Add(time.Minute)) {
 			t.Errorf("%s: the file's modification time is still %v after the release: no signal once it is visible", release.name, info.ModTime())
 		}
+	}
+}
+
+// TestAReleaseSetsNoTimesThroughALink: once the database file's path has
+// become a symbolic link (planted after the store opened the file), a
+// release's signal sets the times of the link, never of its target.
+func TestAReleaseSetsNoTimesThroughALink(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "flags.db")
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	f, err := leadership.NewFlag().Store(newStore(t, db)).Name("linked").Build(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if !f.Raised() {
+		t.Fatal("the flag did not raise")
+	}
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(target, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path, path+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	old := unix.NsecToTimespec(past.UnixNano())
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{old, old}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.ModTime().Equal(past) {
+		t.Errorf("the link's target's modification time is %v, not %v: the release's signal followed the link", info.ModTime(), past)
+	}
+	link, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if link.ModTime().Before(past.Add(time.Minute)) {
+		t.Errorf("the link's modification time is still %v: the release set no times, so this test shows nothing", link.ModTime())
 	}
 }
