@@ -224,14 +224,32 @@ func TestAsPID1KillDescendantsKillsNoGroup(t *testing.T) {
 	session := exec.Command("nsenter", "--target", strconv.Itoa(pid1.Process.Pid), "--user", "--pid", "--mount",
 		"setsid", "sh", "-c", `echo $$ > "$0/leader.new"; mv "$0/leader.new" "$0/leader"
 (sleep 60 & echo $! > "$0/orphan.new"; mv "$0/orphan.new" "$0/orphan"); exec sleep 60`, dir)
+	var sessionOut strings.Builder
+	session.Stdout, session.Stderr = &sessionOut, &sessionOut
 	if err := session.Start(); err != nil {
-		t.Fatal(err)
+		_ = pid1.Process.Kill()
+		t.Skipf("no nsenter here: %v", err)
 	}
-	t.Cleanup(func() { _ = session.Wait() }) // its sleep dies with the namespace
+	var sessionErr error
+	sessionDone := make(chan struct{})
+	go func() { sessionErr = session.Wait(); close(sessionDone) }() // its sleep dies with the namespace
+	t.Cleanup(func() { <-sessionDone })
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("helper: %v\n%s", err, out.String())
+		}
+	case <-sessionDone:
+		// The session ends with the namespace, after the helper; before
+		// it, nsenter could not enter the namespaces.
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("helper: %v\n%s", err, out.String())
+			}
+		case <-time.After(5 * time.Second):
+			_ = pid1.Process.Kill()
+			t.Skipf("nsenter could not start the session in the namespaces: %v\n%s", sessionErr, sessionOut.String())
 		}
 	case <-time.After(60 * time.Second):
 		_ = pid1.Process.Kill()
