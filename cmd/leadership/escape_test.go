@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"os"
@@ -338,5 +339,64 @@ func TestALateWatchdogIsReported(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestASetuidProgramGainsNoPrivilegeUnderASweepingRun: run, not root and
+// without a cgroup (the sweeps' signals are all it kills with), starts the
+// command with no_new_privs, so a setuid-root program of the tree runs as
+// run's user, whom the sweeps can kill, and not as root, whom they cannot
+// (`sudo job` outlived the SIGKILL by 11 s in a review's experiment, and
+// the next host started its command meanwhile).
+func TestASetuidProgramGainsNoPrivilegeUnderASweepingRun(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		unavailable(t, "making a setuid-root program and starting run as another user needs root")
+	}
+	const nobody = 65534
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile := func(from, to string, mode os.FileMode) {
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(to, mode); err != nil { // WriteFile's mode passes the umask, and no setuid bit
+			t.Fatal(err)
+		}
+	}
+	leadership, id := filepath.Join(dir, "leadership"), filepath.Join(dir, "id")
+	copyFile(bin, leadership, 0o755)
+	idPath, err := exec.LookPath("id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(idPath, id, 0o755|os.ModeSetuid)
+	asNobody := func(args ...string) (string, string) {
+		var out, errb bytes.Buffer
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &errb
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errb.String())
+		}
+		return strings.TrimSpace(out.String()), errb.String()
+	}
+	if euid, _ := asNobody(id, "-u"); euid != "0" {
+		unavailable(t, "a setuid-root program runs as "+euid+" here, not as root (a nosuid mount?)")
+	}
+	euid, logs := asNobody(leadership, "run", "--name", "suid", "--dsn", "sqlite:"+filepath.Join(dir, "flags.db"), "--", id, "-u")
+	if !strings.Contains(logs, mechanisms["scan"]) {
+		t.Fatalf("run as uid %d did not log %q; stderr:\n%s", nobody, mechanisms["scan"], logs)
+	}
+	if euid != strconv.Itoa(nobody) {
+		t.Fatalf("the setuid-root program in the tree of run (uid %d, sweeps) ran with effective uid %s, want %d; stderr:\n%s", nobody, euid, nobody, logs)
 	}
 }

@@ -56,7 +56,9 @@ Where run can create a cgroup v2 (as root, or in a delegated cgroup), the
 command runs in one of its own and SIGKILL goes through cgroup.kill, which
 reaches every process of it at once; elsewhere through sweeps of /proc,
 which stop what they find before killing it, but which a process forking
-and exiting faster than a sweep (a fork relay) can outrun for a while. run
+and exiting faster than a sweep (a fork relay) can outrun for a while; a
+run that is not root then starts the command with no_new_privs, so that
+setuid programs (sudo) give the tree no credentials it cannot kill. run
 logs which at start. Signals sent to run are forwarded to the command's
 process group; before the command starts (connecting, waiting) they end run
 with 128+N.
@@ -167,6 +169,9 @@ func (o *runOptions) run(child []string, log *slog.Logger, stderr io.Writer) int
 		log.Info("the command's process tree runs in a cgroup of its own, killed with cgroup.kill", "below", cgroup)
 	} else {
 		log.Info("the command's process tree is found by sweeps of /proc: no cgroup v2 to create (run as root, or in a delegated cgroup, for cgroup.kill)", "why", err.Error())
+		if os.Geteuid() != 0 {
+			log.Info("the command runs with no_new_privs: setuid programs (sudo) and file capabilities give the tree no credentials that the sweeps could not kill")
+		}
 	}
 
 	reg := prometheus.NewRegistry()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -322,7 +323,7 @@ func (w *watchdog) start(argv, env []string) (int, error) {
 		defer unix.Close(fd)
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys})
+	pid, err := forkExec(path, argv, env, sys, w.cgroup == "" && os.Geteuid() != 0)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
 			return 127, fmt.Errorf("%s: %w", argv[0], err)
@@ -331,6 +332,25 @@ func (w *watchdog) start(argv, env []string) (int, error) {
 	}
 	w.cmd = pid
 	return 0, nil
+}
+
+// forkExec starts the command. With noNewPrivs (the sweeps kill the tree,
+// and this process is not root) it forks from a thread with no_new_privs
+// set, which the command and its descendants inherit and cannot unset:
+// setuid and setgid bits and file capabilities then give them nothing, so
+// every process of the tree keeps credentials this process can signal.
+// (Without it, `sudo` in the tree would run as root, out of reach of the
+// sweeps' SIGKILL.) The flag stays on the thread, which this process
+// never uses to start anything else.
+func forkExec(path string, argv, env []string, sys *syscall.SysProcAttr, noNewPrivs bool) (int, error) {
+	if noNewPrivs {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return 0, fmt.Errorf("PR_SET_NO_NEW_PRIVS: %w", err)
+		}
+	}
+	return syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}, Sys: sys})
 }
 
 // begin starts the command with the fencing token in its environment and
