@@ -109,6 +109,8 @@ func runHelper(name, arg string) int {
 		err = killDescendantsHelper(arg)
 	case "watchdog-step":
 		err = watchdogStepHelper()
+	case "watchdog-late-kill":
+		err = watchdogLateKillHelper()
 	case "pid1-kill-descendants":
 		err = pid1KillDescendantsHelper(arg)
 	default:
@@ -317,6 +319,30 @@ func pid1KillDescendantsHelper(dir string) error {
 	time.Sleep(100 * time.Millisecond) // a group's SIGKILL would have landed by now
 	if s := state(leader); s == "" || s == "Z" || s == "X" {
 		return fmt.Errorf("the session's leader %d, not below PID 1, was killed with the orphan's group (state %q)", leader, s)
+	}
+	return nil
+}
+
+// TestATreeOutlivingItsSIGKILLIsReportedWhileItLives: a step of a watchdog
+// that has been sending SIGKILL for longer than half the margin reports
+// the tree late then, while it lives (it reported only once the tree was
+// gone, so a process in uninterruptible sleep, or out of the sweeps'
+// reach, went unreported for as long as it ran).
+func TestATreeOutlivingItsSIGKILLIsReportedWhileItLives(t *testing.T) {
+	t.Parallel()
+	helper(t, "watchdog-late-kill", "")
+}
+
+// watchdogLateKillHelper takes one step of a watchdog whose SIGKILL was
+// due a second ago, with a margin of 100 ms, and fails unless it logged
+// the tree late.
+func watchdogLateKillHelper() error {
+	var logs strings.Builder
+	w := &watchdog{margin: int64(100 * time.Millisecond), log: slog.New(slog.NewTextHandler(&logs, nil)),
+		started: true, cmdDone: true, stopping: true, killing: true, killAt: monoNow() - int64(time.Second)}
+	w.step()
+	if !w.late || !strings.Contains(logs.String(), "the tree gone after SIGKILL") {
+		return fmt.Errorf("a step one second after the SIGKILL was due (margin 100 ms) reported nothing: late %v, logs %q", w.late, logs.String())
 	}
 	return nil
 }

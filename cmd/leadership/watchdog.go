@@ -237,7 +237,10 @@ func (w *watchdog) step() *unix.Timespec {
 	switch {
 	case w.killing:
 		// Again at every wake-up until no child is left: a process forked
-		// while the tree was scanned is caught by the next scan.
+		// while the tree was scanned is caught by the next scan. A tree
+		// that outlives its SIGKILL (a process in uninterruptible sleep)
+		// is reported while it does, not only once it is gone.
+		w.lateBy("the tree gone after SIGKILL", now-w.killAt)
 		w.kill()
 		wake = now + int64(10*time.Millisecond)
 	case w.stopping:
