@@ -58,35 +58,47 @@ func (s *Store) checkGrants(ctx context.Context) error {
 	return nil
 }
 
-// checkRoutineGrants fails, in routine mode, naming the GRANT, when the
-// user could drop a procedure that a pending migration drops but not
-// create it again, or could not drop it: migrations 0013 and 0015 drop
-// the procedures that 0014 and 0016 create (MySQL has no CREATE OR
-// REPLACE PROCEDURE), so a user lacking CREATE ROUTINE left the schema
-// dirty without leadership_acquire, failing every process in routine
-// mode, and one lacking ALTER ROUTINE left it dirty with the older one.
-// It runs while a migration is pending (below routineSchema), as
-// statements the server refuses exactly for want of the privilege: ALTER
-// PROCEDURE with an empty COMMENT on each procedure that exists (they
-// have no comment; DROP needs the same ALTER ROUTINE), and a procedure
-// of its own created and dropped at once. Other errors (binary logging)
-// are for the migrations to report. EXECUTE is not probed: a procedure
-// the user cannot see fails ensureRoutines naming it, and an attempt
-// refused names it (see describe).
-func (s *Store) checkRoutineGrants(ctx context.Context) error {
-	if s.noRoutines {
-		return nil
-	}
-	if version, dirty, err := s.SchemaVersion(ctx); err != nil || dirty || version >= routineSchema {
+// checkRoutineMigrations runs while a migration that replaces a procedure
+// is pending (below routineSchema): migrations 0013 and 0015 drop the
+// procedures that 0014 and 0016 create (MySQL has no CREATE OR REPLACE
+// PROCEDURE). If the procedures exist, it fails
+//   - in statement mode, whose migrations skip routines: routine mode would
+//     then find the older procedures, which do not re-read the failover
+//     guard, at a schema version that vouches for the newer ones. (It
+//     cannot see a procedure on which the user has no privilege;
+//     ensureRoutines replaces such a one at the next Migrate in routine
+//     mode by a user who can see it.)
+//   - in routine mode, naming the GRANT, when the user could drop a
+//     procedure but not create it again (the schema was left dirty without
+//     leadership_acquire, failing every process in routine mode) or could
+//     not drop it (left dirty with the older one). It probes with
+//     statements the server refuses exactly for want of the privilege:
+//     ALTER PROCEDURE with an empty COMMENT on each procedure (they have
+//     none; DROP needs the same ALTER ROUTINE), and a procedure of its own
+//     created and dropped at once. Other errors (binary logging) are for
+//     the migrations to report. EXECUTE is not probed: a procedure the
+//     user cannot see fails ensureRoutines naming it, and an attempt
+//     refused names it (see describe).
+func (s *Store) checkRoutineMigrations(ctx context.Context) error {
+	version, dirty, err := s.SchemaVersion(ctx)
+	if err != nil || dirty || version >= routineSchema {
 		return nil // nothing to drop, or for golang-migrate to report
 	}
 	var db, names string
-	err := s.inTx(ctx, true, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, true, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `SELECT DATABASE(), COALESCE(GROUP_CONCAT(routine_name SEPARATOR ' '), '') FROM information_schema.routines
 WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&db, &names)
 	})
 	if err != nil {
 		return describe("check routine privileges", err)
+	}
+	if s.noRoutines && names == "" {
+		return nil
+	}
+	if s.noRoutines {
+		return fmt.Errorf("mysql: the database has the procedures of routine mode (%s) at schema version %d, and the pending migrations replace them, which statement mode cannot do "+
+			"(it skips them, and routine mode would then run the older procedures, which do not keep the failover guard's promises): apply the migrations once in routine mode "+
+			"(leadership migrate with a mysql:// DSN without routines=false, or Build without WithoutRoutines), as a user with CREATE ROUTINE and ALTER ROUTINE", names, version)
 	}
 	var missing []string
 	for _, name := range strings.Fields(names) {

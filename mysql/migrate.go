@@ -46,7 +46,7 @@ func (s *Store) applyMigrations(ctx context.Context) error {
 	if err := s.checkGrants(ctx); err != nil {
 		return err
 	}
-	if err := s.checkRoutineGrants(ctx); err != nil {
+	if err := s.checkRoutineMigrations(ctx); err != nil {
 		return err
 	}
 	if err := s.checkIncarnationEngine(ctx); err != nil {
@@ -149,21 +149,32 @@ func (s *Store) describeMigrate(what string, err error) error {
 var errNumberRE = regexp.MustCompile(`\bError (\d{4})\b`)
 
 // ensureRoutines creates the procedures that are missing when the
-// migrations are applied: the database was migrated in statement mode,
-// whose migrations skip routines (see statementFS). Two processes may
-// create one at once; the one that finds it created by the other is
-// content.
+// migrations are applied (the database was migrated in statement mode,
+// whose migrations skip routines: see statementFS), and replaces those
+// older than the newest migration that creates them, which such a
+// database can have (one migrated before statement mode refused to skip
+// their replacement: checkRoutineMigrations); a procedure whose
+// definition the user cannot see is taken as it is. Two processes may do
+// it at once; the one that finds it done by the other is content.
 func (s *Store) ensureRoutines(ctx context.Context) error {
 	for _, r := range routines {
-		var n int
+		var (
+			n          int
+			definition sql.NullString
+		)
 		if err := s.inTx(ctx, true, func(tx *sql.Tx) error {
-			return tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.routines
-WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
+			return tx.QueryRowContext(ctx, `SELECT COUNT(*), MAX(routine_definition) FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n, &definition)
 		}); err != nil {
 			return fmt.Errorf("look for the procedure %s: %w", r.name, err)
 		}
-		if n > 0 {
+		if n > 0 && (!definition.Valid || strings.Contains(definition.String, r.marker)) {
 			continue
+		}
+		if n > 0 {
+			if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+r.name); err != nil && number(err) != errSPDoesNotExist {
+				return fmt.Errorf("replace the procedure %s, older than the schema's (it does not re-read the failover guard), which the user cannot drop (it needs ALTER ROUTINE): %w", r.name, err)
+			}
 		}
 		body, err := migrations.FS.ReadFile(r.migration)
 		if err != nil {
@@ -176,11 +187,13 @@ WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n)
 	return nil
 }
 
-// routines are the procedures of routine mode and the newest migration
-// that creates each.
-var routines = []struct{ name, migration string }{
-	{"leadership_acquire", "mysql/0014_create_rechecked_acquire.up.sql"},            // Acquire alone
-	{"leadership_acquire_many", "mysql/0016_create_rechecked_batch_acquire.up.sql"}, // a batch (batch.go)
+// routines are the procedures of routine mode, the newest migration that
+// creates each, and a name that its body has and no older body of the
+// procedure has (TestEachRoutineMarkerIsItsNewestBodys): a procedure
+// whose definition lacks it is older.
+var routines = []struct{ name, migration, marker string }{
+	{"leadership_acquire", "mysql/0014_create_rechecked_acquire.up.sql", "v_hold_now"},            // Acquire alone
+	{"leadership_acquire_many", "mysql/0016_create_rechecked_batch_acquire.up.sql", "v_hold_now"}, // a batch (batch.go)
 }
 
 // checkVersion refuses servers older than MySQL 8.0 and MariaDB 10.6, the

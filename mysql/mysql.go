@@ -163,8 +163,9 @@ type Option func(*Store)
 // the reply is trusted whatever the session's autocommit. The application
 // user needs no routine privilege (see Schema and privileges), and
 // [Store.Migrate] creates no routine. Both modes work on one database
-// at once: a database migrated in statement mode gets the procedure at the
-// first Migrate in routine mode.
+// at once: a database migrated in statement mode gets the procedures at the
+// first Migrate in routine mode, which also replaces older ones; Migrate in
+// statement mode refuses to skip the replacement of procedures it can see.
 func WithoutRoutines() Option { return func(s *Store) { s.noRoutines = true } }
 
 // New returns a store on db, a database opened with the "mysql" driver of

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/dbflag/leadership"
+	"github.com/dbflag/leadership/internal/testkit/batchtest"
 	"github.com/dbflag/leadership/internal/testkit/testdb"
 	"github.com/dbflag/leadership/migrations"
 	"github.com/dbflag/leadership/mysql"
@@ -172,5 +174,135 @@ func TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain(t *testing.T) {
 AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&n); err != nil || n != 2 {
 			t.Errorf("after Migrate without %s: %d of the two procedures, %v", c.lacks, n, err)
 		}
+	}
+}
+
+// procedureDefinitions returns the definitions of the two procedures of
+// the database db is on.
+func procedureDefinitions(t *testing.T, db *sql.DB) map[string]string {
+	t.Helper()
+	rows, err := db.Query(`SELECT routine_name, routine_definition FROM information_schema.routines
+WHERE routine_schema = DATABASE() AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	defs := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		defs[name] = def
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return defs
+}
+
+// checkNewestProcedures fails t unless both procedures are those of the
+// newest migrations, which re-read the failover guard (v_hold_now).
+func checkNewestProcedures(t *testing.T, db *sql.DB, when string) {
+	t.Helper()
+	defs := procedureDefinitions(t, db)
+	for _, name := range []string{"leadership_acquire", "leadership_acquire_many"} {
+		if !strings.Contains(defs[name], "v_hold_now") {
+			t.Errorf("%s: the procedure %s is not that of the newest migration (it does not re-read the failover guard)", when, name)
+		}
+	}
+}
+
+// TestStatementModeRefusesToSkipTheReplacementOfProcedures: on a database
+// at schema version 12 with the procedures of routine mode (those of 0009
+// and 0012, which do not re-read the failover guard before they commit),
+// Migrate in statement mode, whose migrations skip routines, fails naming
+// the fix and applies nothing: it took the schema to version 16 with the
+// older procedures, which routine mode then ran, trusting the version (a
+// review saw a term start after a Quarantine returned). Once routine mode
+// has migrated it, statement mode migrates too.
+func TestStatementModeRefusesToSkipTheReplacementOfProcedures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := freshDatabase(t, testdb.MySQL(t), nil)
+	migrateTo(t, dsn, 12)
+	statements := newStore(t, openDB(t, dsn), mysql.WithoutRoutines())
+	err := statements.Migrate(ctx)
+	if err == nil {
+		t.Fatal("statement mode migrated a database with the procedures of version 12 past their replacement")
+	}
+	t.Logf("Migrate in statement mode at version 12 with procedures: %v", err)
+	for _, want := range []string{"version 12", "routine mode", "leadership migrate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Migrate = %q, want it to name %q", err, want)
+		}
+	}
+	if version, _, err := statements.SchemaVersion(ctx); err != nil || version != 12 {
+		t.Fatalf("after the refusal the schema is at version %d (%v), want 12", version, err)
+	}
+	db := openDB(t, dsn)
+	if err := newStore(t, db).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNewestProcedures(t, db, "after Migrate in routine mode")
+	if err := newStore(t, openDB(t, dsn), mysql.WithoutRoutines()).Migrate(ctx); err != nil {
+		t.Fatalf("Migrate in statement mode after routine mode: %v", err)
+	}
+}
+
+// TestRoutineModeReplacesOlderProcedures: a database at the newest schema
+// version with older procedures (those of 0009 and 0012, as a statement
+// mode Migrate left them before it refused to) gets the newest at the next
+// Migrate in routine mode, and a term then starts after no Quarantine
+// that returned, alone and in a batch.
+func TestRoutineModeReplacesOlderProcedures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, together := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Alone", true: "InABatch"}[together], func(t *testing.T) {
+			t.Parallel()
+			dsn := freshDatabase(t, testdb.MySQL(t), nil)
+			db := openDB(t, dsn)
+			if err := newStore(t, db).Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for name, file := range map[string]string{
+				"leadership_acquire":      "mysql/0009_create_guarded_acquire.up.sql",
+				"leadership_acquire_many": "mysql/0012_create_batch_acquire.up.sql",
+			} {
+				body, err := migrations.FS.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec("DROP PROCEDURE " + name); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec(string(body)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, def := range procedureDefinitions(t, db) {
+				if strings.Contains(def, "v_hold_now") {
+					t.Fatalf("the procedure %s of an older migration re-reads the guard: this test shows nothing", name)
+				}
+			}
+			s := newStore(t, openDB(t, dsn))
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkNewestProcedures(t, db, "after Migrate in routine mode")
+			other := newStore(t, openDB(t, dsn))
+			locks := openDB(t, dsn)
+			batchtest.CheckQuarantineHoldsAWaitingTakeover(t, s, other, other.AcquireTogether, func(term leadership.Term) func() {
+				tx, err := locks.Begin()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := mysql.Fence(ctx, tx, term); err != nil {
+					t.Fatal(err)
+				}
+				return func() { _ = tx.Rollback() }
+			}, together)
+		})
 	}
 }
