@@ -106,23 +106,34 @@ WHERE routine_schema = DATABASE() AND routine_type = 'PROCEDURE' AND routine_nam
 			missing = append(missing, "GRANT ALTER ROUTINE ON PROCEDURE `"+db+"`."+name)
 		}
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	probe := "leadership_probe_" + hex.EncodeToString(b[:])
-	_, err = s.db.ExecContext(ctx, "CREATE PROCEDURE "+probe+"() BEGIN END")
-	switch {
-	case denied(err):
+	createErr, dropErr := s.createProbe(ctx)
+	if dropErr != nil {
+		return dropErr
+	}
+	if denied(createErr) {
 		missing = append(missing, "GRANT CREATE ROUTINE ON `"+db+"`.*")
-	case err == nil:
-		if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+probe); err != nil {
-			return fmt.Errorf("mysql: check routine privileges: drop the procedure %s this check created (the user needs ALTER ROUTINE on the database): %w", probe, err)
-		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("mysql: permission denied: a pending migration drops the procedures and creates them again, with privileges the user lacks: %s "+
 			"(each TO the user; ALTER ROUTINE may be granted on the whole database), %s", strings.Join(missing, ", "), statementModeHint)
 	}
 	return nil
+}
+
+// createProbe creates a procedure of its own and drops it: createErr is
+// what creating a procedure of the store would meet (a privilege, binary
+// logging), dropErr a failure to drop the probe it created.
+func (s *Store) createProbe(ctx context.Context) (createErr, dropErr error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	probe := "leadership_probe_" + hex.EncodeToString(b[:])
+	if _, err := s.db.ExecContext(ctx, "CREATE PROCEDURE "+probe+"() BEGIN END"); err != nil {
+		return err, nil
+	}
+	if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+probe); err != nil {
+		return nil, fmt.Errorf("mysql: check routine privileges: drop the procedure %s this check created (the user needs ALTER ROUTINE on the database): %w", probe, err)
+	}
+	return nil, nil
 }
 
 // denied reports whether err is the server's refusal of a privilege.

@@ -172,8 +172,15 @@ WHERE routine_schema = DATABASE() AND routine_name = ?`, r.name).Scan(&n, &defin
 			continue
 		}
 		if n > 0 {
+			// Dropped only once a probe shows that it can be created again:
+			// a user who may drop but not create a procedure (or a server
+			// that refuses routines to it) would leave the schema without it.
+			const older = "replace the procedure %s, older than the schema's (it does not re-read the failover guard), left as it is: "
+			if createErr, dropErr := s.createProbe(ctx); createErr != nil || dropErr != nil {
+				return fmt.Errorf(older+"the user cannot create a procedure: %w", r.name, errors.Join(createErr, dropErr))
+			}
 			if _, err := s.db.ExecContext(ctx, "DROP PROCEDURE "+r.name); err != nil && number(err) != errSPDoesNotExist {
-				return fmt.Errorf("replace the procedure %s, older than the schema's (it does not re-read the failover guard), which the user cannot drop (it needs ALTER ROUTINE): %w", r.name, err)
+				return fmt.Errorf(older+"the user cannot drop it (it needs ALTER ROUTINE): %w", r.name, err)
 			}
 		}
 		body, err := migrations.FS.ReadFile(r.migration)

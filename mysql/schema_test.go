@@ -177,8 +177,64 @@ AND routine_name IN ('leadership_acquire', 'leadership_acquire_many')`).Scan(&n)
 	}
 }
 
+// TestMigrateLeavesAnOlderProcedureItCouldNotCreateAgain: Migrate in
+// routine mode, by a user who defined the older procedures and may drop
+// them (ALTER ROUTINE) but not create one (no CREATE ROUTINE), fails
+// naming CREATE ROUTINE and leaves them in place: it dropped them first,
+// and every process in routine mode then failed for want of them.
+func TestMigrateLeavesAnOlderProcedureItCouldNotCreateAgain(t *testing.T) {
+	t.Parallel()
+	srv := testdb.StartMariaDB(t)
+	ctx := context.Background()
+	owner := srv.NewDatabase(t, "older")
+	if err := newStore(t, openDB(t, owner)).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := driver.ParseDSN(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, user := cfg.DBName, cfg.DBName+"_m"
+	for _, q := range []string{
+		"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
+		"GRANT CREATE, ALTER ROUTINE, SELECT, INSERT, UPDATE, DELETE ON `" + db + "`.* TO '" + user + "'@'127.0.0.1'",
+	} {
+		if _, err := srv.Root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for name, file := range map[string]string{
+		"leadership_acquire":      "mysql/0009_create_guarded_acquire.up.sql",
+		"leadership_acquire_many": "mysql/0012_create_batch_acquire.up.sql",
+	} {
+		body, err := migrations.FS.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create := strings.Replace(string(body), "CREATE PROCEDURE "+name,
+			"CREATE DEFINER = '"+user+"'@'127.0.0.1' PROCEDURE `"+db+"`."+name, 1)
+		for _, q := range []string{"DROP PROCEDURE `" + db + "`." + name, create} {
+			if _, err := srv.Root.Exec(q); err != nil {
+				t.Fatalf("%.80s: %v", q, err)
+			}
+		}
+	}
+	cfg.User, cfg.Passwd = user, "secret"
+	err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
+	t.Logf("Migrate by the definer of older procedures without CREATE ROUTINE: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "CREATE ROUTINE") {
+		t.Errorf("Migrate = %v, want an error naming CREATE ROUTINE", err)
+	}
+	defs := procedureDefinitions(t, openDB(t, owner))
+	for _, name := range []string{"leadership_acquire", "leadership_acquire_many"} {
+		if _, ok := defs[name]; !ok {
+			t.Errorf("after the failed Migrate the procedure %s is gone", name)
+		}
+	}
+}
+
 // procedureDefinitions returns the definitions of the two procedures of
-// the database db is on.
+// the database db is on ("" for one its user may not read).
 func procedureDefinitions(t *testing.T, db *sql.DB) map[string]string {
 	t.Helper()
 	rows, err := db.Query(`SELECT routine_name, routine_definition FROM information_schema.routines
@@ -189,11 +245,14 @@ WHERE routine_schema = DATABASE() AND routine_name IN ('leadership_acquire', 'le
 	defer rows.Close()
 	defs := map[string]string{}
 	for rows.Next() {
-		var name, def string
+		var (
+			name string
+			def  sql.NullString // NULL where the user may not read it
+		)
 		if err := rows.Scan(&name, &def); err != nil {
 			t.Fatal(err)
 		}
-		defs[name] = def
+		defs[name] = def.String
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -354,12 +355,7 @@ func TestASetuidProgramGainsNoPrivilegeUnderASweepingRun(t *testing.T) {
 		unavailable(t, "making a setuid-root program and starting run as another user needs root")
 	}
 	const nobody = 65534
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := t.TempDir() // 0700: nobody else can plant a link before the copies are made
 	copyFile := func(from, to string, mode os.FileMode) {
 		data, err := os.ReadFile(from)
 		if err != nil {
@@ -379,9 +375,18 @@ func TestASetuidProgramGainsNoPrivilegeUnderASweepingRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyFile(idPath, id, 0o755|os.ModeSetuid)
+	// Then nobody may enter the directory and write its database there.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	asNobody := func(args ...string) (string, string) {
 		var out, errb bytes.Buffer
-		cmd := exec.Command(args[0], args[1:]...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &errb
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 		if err := cmd.Run(); err != nil {
