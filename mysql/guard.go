@@ -38,6 +38,7 @@ func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, err
 	micros := (d + time.Microsecond - 1).Microseconds()
 	var until int64
 	pause := quarantinePause
+	locked := false // a try found the record locked
 	for {
 		err := s.inTx(ctx, false, func(tx *sql.Tx) error {
 			var id int
@@ -53,13 +54,18 @@ func (s *Store) Quarantine(ctx context.Context, d time.Duration) (time.Time, err
 			err = errNoGuardRecord
 		}
 		if n := number(err); n == errLockWaitTimeout || n == errLockNowait {
+			locked = true
 			select {
 			case <-time.After(pause):
 				pause = min(2*pause, quarantinePauseMax)
 				continue
 			case <-ctx.Done():
-				err = fmt.Errorf("the guard record stayed locked by acquire transactions (one of statement mode stopped before its commit?) until the context ended: %w", ctx.Err())
 			}
+		}
+		// The context may also end during a try (on a busy server), which
+		// then fails with its error alone.
+		if err != nil && locked && ctx.Err() != nil {
+			err = fmt.Errorf("the guard record stayed locked by acquire transactions (one of statement mode stopped before its commit?) at every try until the context ended: %w", ctx.Err())
 		}
 		if err != nil {
 			return time.Time{}, describe("quarantine", err)

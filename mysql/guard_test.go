@@ -353,6 +353,43 @@ func TestNoNewTermStartsAfterQuarantineReturned(t *testing.T) {
 	})
 }
 
+// TestAQuarantineCutDuringATrySaysTheRecordStayedLocked: a Quarantine
+// whose tries found the guard record locked, and whose context then ends
+// during a try (here waiting for the pool's one connection; in CI, a
+// statement on a busy server), says that the record stayed locked, as
+// when the context ends between tries (it said only "context deadline
+// exceeded").
+func TestAQuarantineCutDuringATrySaysTheRecordStayedLocked(t *testing.T) {
+	t.Parallel()
+	s, db, dsn := guarded(t)
+	db.SetMaxOpenConns(1)
+	stuck, err := openDB(t, dsn).Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Rollback() //nolint:errcheck // nothing was written
+	var hold int64
+	if err := stuck.QueryRow(`SELECT hold_until FROM leadership_guard WHERE id = 1 LOCK IN SHARE MODE`).Scan(&hold); err != nil {
+		t.Fatal(err)
+	}
+	quarantined := make(chan error, 1)
+	go func() {
+		qctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := s.Quarantine(qctx, time.Minute)
+		quarantined <- err
+	}()
+	time.Sleep(time.Second)                    // the tries find the record locked
+	conn, err := db.Conn(context.Background()) // the pool's one connection, between two tries
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := <-quarantined; err == nil || !strings.Contains(err.Error(), "stayed locked") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Quarantine cut while waiting for a connection, after tries that found the record locked = %v, want an error saying it stayed locked, wrapping the context's", err)
+	}
+}
+
 // TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp: acquires take a
 // shared lock on the guard record just before they commit, and InnoDB
 // queues a shared lock behind a waiting exclusive one; so a Quarantine
