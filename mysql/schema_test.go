@@ -203,22 +203,7 @@ func TestMigrateLeavesAnOlderProcedureItCouldNotCreateAgain(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	for name, file := range map[string]string{
-		"leadership_acquire":      "mysql/0009_create_guarded_acquire.up.sql",
-		"leadership_acquire_many": "mysql/0012_create_batch_acquire.up.sql",
-	} {
-		body, err := migrations.FS.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		create := strings.Replace(string(body), "CREATE PROCEDURE "+name,
-			"CREATE DEFINER = '"+user+"'@'127.0.0.1' PROCEDURE `"+db+"`."+name, 1)
-		for _, q := range []string{"DROP PROCEDURE `" + db + "`." + name, create} {
-			if _, err := srv.Root.Exec(q); err != nil {
-				t.Fatalf("%.80s: %v", q, err)
-			}
-		}
-	}
+	putOlderProcedures(t, srv.Root, "`"+db+"`.", "DEFINER = '"+user+"'@'127.0.0.1' ")
 	cfg.User, cfg.Passwd = user, "secret"
 	err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
 	t.Logf("Migrate by the definer of older procedures without CREATE ROUTINE: %v", err)
@@ -229,6 +214,29 @@ func TestMigrateLeavesAnOlderProcedureItCouldNotCreateAgain(t *testing.T) {
 	for _, name := range []string{"leadership_acquire", "leadership_acquire_many"} {
 		if _, ok := defs[name]; !ok {
 			t.Errorf("after the failed Migrate the procedure %s is gone", name)
+		}
+	}
+}
+
+// putOlderProcedures replaces, through db, the two procedures by those of
+// older migrations (0009 and 0012, which do not re-read the failover
+// guard), named with the prefix schema ("`db`." or "") and created with
+// the clause definer ("DEFINER = … " or "").
+func putOlderProcedures(t *testing.T, db *sql.DB, schema, definer string) {
+	t.Helper()
+	for name, file := range map[string]string{
+		"leadership_acquire":      "mysql/0009_create_guarded_acquire.up.sql",
+		"leadership_acquire_many": "mysql/0012_create_batch_acquire.up.sql",
+	} {
+		body, err := migrations.FS.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create := strings.Replace(string(body), "CREATE PROCEDURE "+name, "CREATE "+definer+"PROCEDURE "+schema+name, 1)
+		for _, q := range []string{"DROP PROCEDURE " + schema + name, create} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%.80s: %v", q, err)
+			}
 		}
 	}
 }
@@ -325,21 +333,7 @@ func TestRoutineModeReplacesOlderProcedures(t *testing.T) {
 			if err := newStore(t, db).Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			for name, file := range map[string]string{
-				"leadership_acquire":      "mysql/0009_create_guarded_acquire.up.sql",
-				"leadership_acquire_many": "mysql/0012_create_batch_acquire.up.sql",
-			} {
-				body, err := migrations.FS.ReadFile(file)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.Exec("DROP PROCEDURE " + name); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.Exec(string(body)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putOlderProcedures(t, db, "", "")
 			for name, def := range procedureDefinitions(t, db) {
 				if strings.Contains(def, "v_hold_now") {
 					t.Fatalf("the procedure %s of an older migration re-reads the guard: this test shows nothing", name)

@@ -398,8 +398,10 @@ func TestASetuidProgramGainsNoPrivilegeUnderASweepingRun(t *testing.T) {
 		unavailable(t, "a setuid-root program runs as "+euid+" here, not as root (a nosuid mount?)")
 	}
 	euid, logs := asNobody(leadership, "run", "--name", "suid", "--dsn", "sqlite:"+filepath.Join(dir, "flags.db"), "--", id, "-u")
-	if !strings.Contains(logs, mechanisms["scan"]) {
-		t.Fatalf("run as uid %d did not log %q; stderr:\n%s", nobody, mechanisms["scan"], logs)
+	for _, want := range []string{mechanisms["scan"], "runs with no_new_privs"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("run as uid %d did not log %q; stderr:\n%s", nobody, want, logs)
+		}
 	}
 	if euid != strconv.Itoa(nobody) {
 		t.Fatalf("the setuid-root program in the tree of run (uid %d, sweeps) ran with effective uid %s, want %d; stderr:\n%s", nobody, euid, nobody, logs)
