@@ -33,7 +33,36 @@ import (
 // It never closes db: golang-migrate gets a connection of its own, closed
 // afterwards. Once a call has succeeded, later calls on the same Store
 // return nil without touching the database.
-func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+func (s *Store) Migrate(ctx context.Context) error {
+	return s.namingTheLockHolder(ctx, s.migrated.Do(ctx, s.applyMigrations))
+}
+
+// namingTheLockHolder adds to err, Migrate's error, the session holding
+// the migration lock, if it came with ctx's end and one does: ctx may
+// have ended before the wait for the lock began (on a slow server, or while
+// another Migrate of this store ran), and the holder is then still why
+// Migrate could not finish.
+func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var db string
+	if lookupErr := s.db.QueryRowContext(lookup, `SELECT DATABASE()`).Scan(&db); lookupErr != nil {
+		return err
+	}
+	if holder, lookupErr := migrationLockHolder(lookup, s.db, db); lookupErr == nil && holder.Valid {
+		switch {
+		case err == ctx.Err(): // Migrate's context ended before it began
+			err = fmt.Errorf("mysql: migrate: %w", err)
+		case !errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds %s", err, holder.Int64, migrationLockHolderHint)
+	}
+	return err
+}
 
 func (s *Store) applyMigrations(ctx context.Context) error {
 	var version string
@@ -279,34 +308,45 @@ func (s *Store) migrate(ctx context.Context) error {
 const lockWaitPoll = 50 * time.Millisecond
 
 // waitForMigrationLock waits until golang-migrate's lock (a GET_LOCK
-// named after the database db and its version table) is free. It fails,
-// naming the connection that holds the lock, when ctx ends or after
-// migrationLockWait: golang-migrate waits for the lock up to 10 s without
-// a context, so Migrate, and Build, would otherwise outlast a shorter
-// context. golang-migrate then takes the lock itself; should another
-// session take it first, it waits for it as before, up to 10 s.
+// named after the database db and its version table) is free.
+// It fails when ctx ends (applyMigrations names the holder) or, naming
+// the holder, after migrationLockWait: golang-migrate waits for the lock
+// up to 10 s without a context, so Migrate, and Build, would otherwise
+// outlast a shorter context. golang-migrate then takes the lock itself;
+// should another session take it first, it waits for it as before, up
+// to 10 s.
 func waitForMigrationLock(ctx context.Context, conn *sql.Conn, db string) error {
-	name, err := database.GenerateAdvisoryLockId(db + ":" + migrations.MigrationsTable) // as golang-migrate names it
-	if err != nil {
-		return err
-	}
 	giveUp := time.NewTimer(migrationLockWait)
 	defer giveUp.Stop()
 	for {
-		var holder sql.NullInt64
-		if err := conn.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder); err != nil || !holder.Valid {
+		holder, err := migrationLockHolder(ctx, conn, db)
+		if err != nil || !holder.Valid {
 			return err
 		}
-		const who = "(another process migrating, or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)"
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds %s", ctx.Err(), holder.Int64, who)
+			return ctx.Err()
 		case <-giveUp.C:
-			return fmt.Errorf("gave up after %v waiting for the migration lock, which the connection %d holds %s", migrationLockWait, holder.Int64, who)
+			return fmt.Errorf("gave up after %v waiting for the migration lock, which the connection %d holds %s", migrationLockWait, holder.Int64, migrationLockHolderHint)
 		case <-time.After(lockWaitPoll):
 		}
 	}
 }
+
+// migrationLockHolder is the connection that holds golang-migrate's lock
+// in the database db, or NULL.
+func migrationLockHolder(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, db string) (holder sql.NullInt64, err error) {
+	name, err := database.GenerateAdvisoryLockId(db + ":" + migrations.MigrationsTable) // as golang-migrate names it
+	if err != nil {
+		return holder, err
+	}
+	err = q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder)
+	return holder, err
+}
+
+const migrationLockHolderHint = "(another process migrating, or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)"
 
 // migrationLockWait is how long waitForMigrationLock waits at most, as
 // golang-migrate's GET_LOCK does.

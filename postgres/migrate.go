@@ -30,7 +30,30 @@ import (
 // Once a call has succeeded, later calls on the same Store return nil
 // without touching the database, so building many flags on one store
 // migrates once. It never closes the pool.
-func (s *Store) Migrate(ctx context.Context) error { return s.migrated.Do(ctx, s.applyMigrations) }
+func (s *Store) Migrate(ctx context.Context) error {
+	return s.namingTheLockHolder(ctx, s.migrated.Do(ctx, s.applyMigrations))
+}
+
+// namingTheLockHolder adds to err, Migrate's error, the server processes
+// holding the migration lock, if it came with ctx's end and any do: ctx
+// may have ended before the wait for the lock began (on a slow server, or while
+// another Migrate of this store ran), and the holder is then still why
+// Migrate could not finish.
+func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if holders := s.migrationLockHolders(); holders != "" {
+		switch {
+		case err == ctx.Err(): // Migrate's context ended before it began
+			err = fmt.Errorf("postgres: migrate: %w", err)
+		case !errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return fmt.Errorf("%w: gave up waiting for the migration lock, which the server process %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)", err, holders)
+	}
+	return err
+}
 
 func (s *Store) applyMigrations(ctx context.Context) error {
 	// golang-migrate's pgx driver keeps a connection it took out of the pool
@@ -87,7 +110,7 @@ const oldestSupported = 13
 func (s *Store) migrate(ctx context.Context) error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
 	// the pool open; giveBack returns what golang-migrate kept.
-	db, taken, giveBack := migrationDB(ctx, s.pool)
+	db, giveBack := migrationDB(ctx, s.pool)
 	defer giveBack()
 	// WithInstance takes golang-migrate's lock too, to create its table.
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
@@ -96,36 +119,28 @@ func (s *Store) migrate(ctx context.Context) error {
 	} else {
 		db.Close()
 	}
-	if err != nil && taken.cut.Load() {
-		return fmt.Errorf("%w, which %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)",
-			errMigrationLockWait, s.migrationLockHolders())
-	}
 	return err
 }
 
-// errMigrationLockWait is the error of a Migrate whose context ended while
-// it waited for golang-migrate's lock.
-var errMigrationLockWait = errors.New("gave up waiting for the migration lock")
-
-// migrationLockHolders names the server processes that hold
-// golang-migrate's lock in the current database and schema.
+// migrationLockHolders lists the server processes that hold
+// golang-migrate's lock in the current database and schema, or is empty.
 func (s *Store) migrationLockHolders() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var database, schema, pids string
 	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
-		return "another session"
+		return ""
 	}
 	key, err := mdatabase.GenerateAdvisoryLockId(database, schema, migrations.MigrationsTable) // as golang-migrate's key
 	if err != nil {
-		return "another session"
+		return ""
 	}
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(string_agg(pid::text, ', '), '') FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&pids); err != nil || pids == "" {
-		return "another session"
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&pids); err != nil {
+		return ""
 	}
-	return "the server process " + pids
+	return pids
 }
 
 // checkShape fails with a clear message when leadership_flags in the
