@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
-
 	"github.com/dbflag/leadership"
 	"github.com/dbflag/leadership/internal/testkit/batchtest"
 	"github.com/dbflag/leadership/internal/testkit/testdb"
@@ -135,25 +133,13 @@ func TestBatchesWorkWithExecuteOnTheSingleProcedureOnly(t *testing.T) {
 	if err := newStore(t, openDB(t, root)).Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := driver.ParseDSN(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, user := cfg.DBName, cfg.DBName+"_a"
-	for _, q := range []string{
-		"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
-		"GRANT SELECT, INSERT, UPDATE ON `" + db + "`.leadership_flags TO '" + user + "'@'127.0.0.1'",
-		"GRANT SELECT ON `" + db + "`.leadership_schema_migrations TO '" + user + "'@'127.0.0.1'",
-		"GRANT SELECT, UPDATE ON `" + db + "`.leadership_guard TO '" + user + "'@'127.0.0.1'",
-		"GRANT SELECT, INSERT ON `" + db + "`.leadership_incarnation TO '" + user + "'@'127.0.0.1'",
-		"GRANT EXECUTE ON PROCEDURE `" + db + "`.leadership_acquire TO '" + user + "'@'127.0.0.1'",
-	} {
-		if _, err := srv.Root.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	cfg.User, cfg.Passwd = user, "secret"
-	s := newStore(t, openDB(t, cfg.FormatDSN()))
+	_, dsn := srv.NewUser(t, root, "_a",
+		"SELECT, INSERT, UPDATE ON %s.leadership_flags",
+		"SELECT ON %s.leadership_schema_migrations",
+		"SELECT, UPDATE ON %s.leadership_guard",
+		"SELECT, INSERT ON %s.leadership_incarnation",
+		"EXECUTE ON PROCEDURE %s.leadership_acquire")
+	s := newStore(t, openDB(t, dsn))
 	if _, err := s.AcquireTogether(context.Background(), leadership.Request{Name: "probe", Holder: "h", Lease: time.Minute},
 		leadership.Request{Name: "probe-2", Holder: "h", Lease: time.Minute}); err != nil {
 		t.Fatalf("a batch without EXECUTE on leadership_acquire_many: %v", err)

@@ -146,21 +146,8 @@ func TestMigrateRefusesToDropAProcedureItCouldNotCreateAgain(t *testing.T) {
 	} {
 		owner := srv.NewDatabase(t, "routines")
 		migrateTo(t, owner, 12)
-		cfg, err := driver.ParseDSN(owner)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db, user := cfg.DBName, cfg.DBName+"_m"
-		for _, q := range []string{
-			"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
-			"GRANT " + c.grants + " ON `" + db + "`.* TO '" + user + "'@'127.0.0.1'",
-		} {
-			if _, err := srv.Root.Exec(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		cfg.User, cfg.Passwd = user, "secret"
-		err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
+		_, dsn := srv.NewUser(t, owner, "_m", c.grants+" ON %s.*")
+		err := newStore(t, openDB(t, dsn)).Migrate(ctx)
 		t.Logf("Migrate without %s: %v", c.lacks, err)
 		if err == nil || !strings.Contains(err.Error(), "GRANT "+c.lacks) {
 			t.Errorf("Migrate without %s = %v, want an error naming GRANT %s", c.lacks, err, c.lacks)
@@ -194,18 +181,9 @@ func TestMigrateLeavesAnOlderProcedureItCouldNotCreateAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, user := cfg.DBName, cfg.DBName+"_m"
-	for _, q := range []string{
-		"CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'secret'",
-		"GRANT CREATE, ALTER ROUTINE, SELECT, INSERT, UPDATE, DELETE ON `" + db + "`.* TO '" + user + "'@'127.0.0.1'",
-	} {
-		if _, err := srv.Root.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	putOlderProcedures(t, srv.Root, "`"+db+"`.", "DEFINER = '"+user+"'@'127.0.0.1' ")
-	cfg.User, cfg.Passwd = user, "secret"
-	err = newStore(t, openDB(t, cfg.FormatDSN())).Migrate(ctx)
+	user, dsn := srv.NewUser(t, owner, "_m", "CREATE, ALTER ROUTINE, SELECT, INSERT, UPDATE, DELETE ON %s.*")
+	putOlderProcedures(t, srv.Root, "`"+cfg.DBName+"`.", "DEFINER = '"+user+"'@'127.0.0.1' ")
+	err = newStore(t, openDB(t, dsn)).Migrate(ctx)
 	t.Logf("Migrate by the definer of older procedures without CREATE ROUTINE: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "CREATE ROUTINE") {
 		t.Errorf("Migrate = %v, want an error naming CREATE ROUTINE", err)

@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,21 +72,7 @@ func TestStatementModeNeedsNoRoutinePrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := cfg.DBName
-	user := func(name, grants string) string {
-		t.Helper()
-		for _, q := range []string{
-			fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY 'secret'", name),
-			fmt.Sprintf(grants, "`"+db+"`"),
-		} {
-			if _, err := srv.Root.Exec(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		c := *cfg
-		c.User, c.Passwd = name, "secret"
-		return c.FormatDSN()
-	}
-	migrator := user(db+"_m", "GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON %s.* TO '"+db+"_m'@'127.0.0.1'")
+	_, migrator := srv.NewUser(t, root, "_m", "CREATE, SELECT, INSERT, UPDATE, DELETE ON %s.*")
 	ctx := context.Background()
 
 	err = newStore(t, openDB(t, migrator)).Migrate(ctx)
@@ -112,12 +97,11 @@ func TestStatementModeNeedsNoRoutinePrivileges(t *testing.T) {
 		t.Fatalf("statement mode's Migrate left %d routines (%v), want none", routines, err)
 	}
 
-	app := user(db+"_a", "GRANT SELECT, INSERT, UPDATE ON %s.leadership_flags TO '"+db+"_a'@'127.0.0.1'")
-	for _, grant := range []string{"SELECT ON `%s`.leadership_schema_migrations", "SELECT, UPDATE ON `%s`.leadership_guard", "SELECT, INSERT ON `%s`.leadership_incarnation"} {
-		if _, err := srv.Root.Exec("GRANT " + fmt.Sprintf(grant, db) + " TO '" + db + "_a'@'127.0.0.1'"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, app := srv.NewUser(t, root, "_a",
+		"SELECT, INSERT, UPDATE ON %s.leadership_flags",
+		"SELECT ON %s.leadership_schema_migrations",
+		"SELECT, UPDATE ON %s.leadership_guard",
+		"SELECT, INSERT ON %s.leadership_incarnation")
 	storetest.Run(t, func(t testing.TB) leadership.Store {
 		return adminMigrated{newStore(t, openDB(t, app), statementMode), admin}
 	})

@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -130,6 +131,28 @@ func (m *MariaDB) NewDatabase(t testing.TB, prefix string) string {
 		}
 	}
 	return fmt.Sprintf("%s:secret@tcp(127.0.0.1:%d)/%s", name, m.port, name)
+}
+
+// NewUser creates, for the database of dsn (one of NewDatabase's DSNs),
+// the user named after it and suffix with only the given privileges: each
+// grant is a GRANT statement's privileges and object, with %s for the
+// quoted database ("SELECT ON %s.leadership_flags"). It returns the
+// user's name and go-sql-driver DSN.
+func (m *MariaDB) NewUser(t testing.TB, dsn, suffix string, grants ...string) (name, userDSN string) {
+	t.Helper()
+	db := dsn[strings.LastIndex(dsn, "/")+1:]
+	name = db + suffix
+	account := "'" + name + "'@'127.0.0.1'"
+	queries := []string{"CREATE USER " + account + " IDENTIFIED BY 'secret'"}
+	for _, g := range grants {
+		queries = append(queries, "GRANT "+strings.ReplaceAll(g, "%s", "`"+db+"`")+" TO "+account)
+	}
+	for _, q := range queries {
+		if _, err := m.Root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return name, fmt.Sprintf("%s:secret@tcp(127.0.0.1:%d)/%s", name, m.port, db)
 }
 
 // ServerDir makes a temporary directory the server's OS user owns, removed
