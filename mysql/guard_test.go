@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -197,18 +198,25 @@ func TestNewTermsWaitForTheHoldAfterANewIncarnation(t *testing.T) {
 func TestConcurrentStatementsNoticeANewIncarnationOnce(t *testing.T) {
 	t.Parallel()
 	inModes(t, func(t *testing.T, opts ...mysql.Option) {
-		const lease = time.Second
+		// A lease that outlasts eight acquires on a loaded server.
+		const lease = 5 * time.Second
 		s, db, dsn := guarded(t, opts...)
+		// The processes, connected and past their first schema read: they
+		// then notice the new incarnation in one statement each.
+		stores := make([]*mysql.Store, 8)
+		for i := range stores {
+			stores[i] = newStore(t, openDB(t, dsn), opts...)
+			acquire(t, stores[i], fmt.Sprintf("warm-%d", i), "b", 0, lease)
+		}
 		won := acquire(t, s, "f", "a", 0, 20*time.Millisecond)
 		acquire(t, s, "g", "a", 0, lease) // records the longest lease
 		time.Sleep(time.Until(won.ExpiresAt) + 50*time.Millisecond)
 		newIncarnation(t, db)
 		t0 := dbNow(t, s)
 		var wg sync.WaitGroup
-		results := make([]leadership.Result, 8)
+		results := make([]leadership.Result, len(stores))
 		errs := make([]error, len(results))
-		for i := range results {
-			st := newStore(t, openDB(t, dsn), opts...)
+		for i, st := range stores {
 			wg.Go(func() {
 				results[i], errs[i] = st.Acquire(context.Background(), leadership.Request{Name: "f", Holder: "b", Lease: lease})
 			})
@@ -253,16 +261,18 @@ func TestQuarantineHoldsNewTermsAndNeverShortens(t *testing.T) {
 		if until, now, err := s.QuarantinedUntil(ctx); err != nil || !until.Before(now) {
 			t.Fatalf("QuarantinedUntil of a new schema = %v, %v, %v; want a hold before now", until, now, err)
 		}
-		won := acquire(t, s, "f", "a", 0, 300*time.Millisecond)
-		until, err := s.Quarantine(ctx, 2*time.Second)
-		if err != nil || until.Before(won.Now.Add(2*time.Second)) {
-			t.Fatalf("Quarantine(2s) = %v, %v; want at least 2 s after %v", until, err, won.Now)
+		// A term long enough to outlast the three statements before its
+		// renewal on a loaded server, which then shortens it.
+		won := acquire(t, s, "f", "a", 0, 3*time.Second)
+		until, err := s.Quarantine(ctx, 3*time.Second)
+		if err != nil || until.Before(won.Now.Add(3*time.Second)) {
+			t.Fatalf("Quarantine(3s) = %v, %v; want at least 3 s after %v", until, err, won.Now)
 		}
 		if got, now, err := s.QuarantinedUntil(ctx); err != nil || !got.Equal(until) || !now.Before(until) {
 			t.Fatalf("QuarantinedUntil = %v, %v, %v; want %v", got, now, err, until)
 		}
 		if shorter, err := s.Quarantine(ctx, time.Millisecond); err != nil || !shorter.Equal(until) {
-			t.Fatalf("Quarantine(1ms) during a 2 s hold = %v, %v; want the hold kept until %v", shorter, err, until)
+			t.Fatalf("Quarantine(1ms) during a 3 s hold = %v, %v; want the hold kept until %v", shorter, err, until)
 		}
 		for _, d := range []time.Duration{0, -time.Second} {
 			if _, err := s.Quarantine(ctx, d); !errors.Is(err, leadership.ErrInvalidArgument) {
@@ -374,12 +384,12 @@ func TestAQuarantineCutDuringATrySaysTheRecordStayedLocked(t *testing.T) {
 	}
 	quarantined := make(chan error, 1)
 	go func() {
-		qctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		qctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 		defer cancel()
 		_, err := s.Quarantine(qctx, time.Minute)
 		quarantined <- err
 	}()
-	time.Sleep(time.Second)                    // the tries find the record locked
+	time.Sleep(2 * time.Second)                // the tries find the record locked (2 s: also on a loaded server)
 	conn, err := db.Conn(context.Background()) // the pool's one connection, between two tries
 	if err != nil {
 		t.Fatal(err)
@@ -405,6 +415,8 @@ func TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp(t *testing.T) {
 		s, _, dsn := guarded(t, opts...)
 		ctx := context.Background()
 		acquire(t, s, "warm", "a", 0, time.Minute)
+		other := newStore(t, openDB(t, dsn), opts...)
+		acquire(t, other, "warm-other", "b", 0, time.Minute) // connected, and the schema read: the acquire below is one statement
 		stuck, err := openDB(t, dsn).Begin()
 		if err != nil {
 			t.Fatal(err)
@@ -423,8 +435,10 @@ func TestAQuarantineWaitingForTheGuardHoldsNoAcquireUp(t *testing.T) {
 		}()
 		time.Sleep(300 * time.Millisecond) // the quarantine is trying
 		start := time.Now()
-		res := acquire(t, newStore(t, openDB(t, dsn), opts...), "other", "b", 0, time.Minute)
-		if took := time.Since(start); !res.Acquired || took > time.Second {
+		res := acquire(t, other, "other", "b", 0, time.Minute)
+		// Held up behind the quarantine, it would wait for the
+		// quarantine's end, 2.7 s on.
+		if took := time.Since(start); !res.Acquired || took > 1500*time.Millisecond {
 			t.Errorf("an acquire while a Quarantine waited for the guard record = %+v after %v, want acquired at once", res, took)
 		}
 		if err := <-quarantined; err == nil || !strings.Contains(err.Error(), "locked") {

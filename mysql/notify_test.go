@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,11 +148,11 @@ func TestACrashedHolderIsNoRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 4 * time.Second
+	acquired := time.Now() // before the term began: its end is no earlier than acquired + lease
 	res, err := crashed.Acquire(ctx, leadership.Request{Name: "crash", Holder: "crashed", Lease: lease})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
-	acquired := time.Now()
 	owner := bellConnection(t, openDB(t, dsn), "crashed")
 	store := newStore(t, openDB(t, dsn))
 	follower := buildFlag(t, store, "crash", "f", lease, 500*time.Millisecond)
@@ -204,8 +205,8 @@ func TestAStoreHoldsOneConnectionForItsBellsAndOnePerProcessItFollows(t *testing
 	}
 	time.Sleep(500 * time.Millisecond)
 	least, most := connectionsInUse(t, db)
-	if least != 2 || most > 3 {
-		t.Errorf("connections in use: %d to %d, want 2 at rest (the bells' and the waiter's), 3 at most during an attempt", least, most)
+	if least != 2 || most > 4 {
+		t.Errorf("connections in use: %d to %d, want 2 at rest (the bells' and the waiter's), 4 at most during attempts (two batches in flight)", least, most)
 	}
 }
 
@@ -253,7 +254,8 @@ func TestAWaiterWaitsAgainAfterItsConnectionOrWaitIsKilled(t *testing.T) {
 			if _, err := admin.Exec(kill+` ?`, waits[0].id); err != nil {
 				t.Fatalf("%s %d (the waiter's): %v", kill, waits[0].id, err)
 			}
-			time.Sleep(2500 * time.Millisecond) // its pause of 1 s, then a new wait
+			time.Sleep(1500 * time.Millisecond) // its pause of 1 s
+			waitsOnBells(t, admin, 1)           // then a new wait
 			if !store.HintsOtherProcesses() {
 				t.Fatal("the waiter does not wait again")
 			}
@@ -389,9 +391,12 @@ func TestAShutdownWakesTheFollowersOfEveryFlag(t *testing.T) {
 			if err := f.Wait(ctx); err != nil {
 				t.Fatalf("follower %d did not take over: %v", i, err)
 			}
+			// Eight releases and eight takeovers, one after another: 2 s on
+			// a loaded server. Woken at their polls instead, the eight
+			// would spread over 5 s.
 			took := time.Since(closed)
 			slowest = max(slowest, took)
-			if took > time.Second {
+			if took > 2*time.Second {
 				t.Errorf("follower %d raised %v after the shutdown began; the leading process's bell should have woken it, well before its %v poll", i, took, poll)
 			}
 		}
@@ -492,8 +497,8 @@ func TestAStoreFollowsFourProcessesAtMost(t *testing.T) {
 	leaders, followers, _, db := followProcesses(t, dsn, 6, lease, poll)
 	time.Sleep(500 * time.Millisecond)
 	least, most := connectionsInUse(t, db)
-	if least != 4 || most > 5 {
-		t.Errorf("connections in use: %d to %d, want 4 at rest (a waiter's per leading process, four at most), 5 at most during an attempt", least, most)
+	if least != 4 || most > 6 {
+		t.Errorf("connections in use: %d to %d, want 4 at rest (a waiter's per leading process, four at most), 6 at most during attempts (two batches in flight)", least, most)
 	}
 	leading := make(map[string]bool)
 	for _, l := range leaders {
@@ -748,9 +753,27 @@ WHERE db = DATABASE() AND info LIKE 'SELECT CASE WHEN IS_USED_LOCK(%' AND state 
 // another process follows the three: each ring makes the waiter look, so
 // each follower is woken soon after its release. A waiter spacing every
 // look 0.1 s after the last one woke the second and third only 0.1 s
-// after the first look.
+// after the first look, in every round; a loaded server may slow one
+// round past the bound, so the test fails when three rounds in a row do.
 func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
 	t.Parallel()
+	for round := 1; ; round++ {
+		late := ringsOfReleases(t)
+		if late == "" {
+			return
+		}
+		if round == 3 {
+			t.Fatalf("in three rounds of releases: %s", late)
+		}
+		t.Logf("round %d: %s; again", round, late)
+	}
+}
+
+// ringsOfReleases is one round of
+// TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce, on a database
+// of its own: it says which follower was not woken 80 ms after the first
+// release, or returns "".
+func ringsOfReleases(t *testing.T) string {
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
 	ctx := context.Background()
 	leading, following := newStore(t, openDB(t, dsn)), newStore(t, openDB(t, dsn))
@@ -796,9 +819,10 @@ func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
 		case <-ch:
 			t.Logf("%s: woken %v after the first release, %v after its own", names[i], time.Since(released[0]), time.Since(released[i]))
 		case <-time.After(time.Until(released[0].Add(80 * time.Millisecond))):
-			t.Fatalf("%s: not woken 80 ms after the first release", names[i])
+			return fmt.Sprintf("%s: not woken 80 ms after the first release", names[i])
 		}
 	}
+	return ""
 }
 
 // TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter builds two flags of one name
@@ -811,14 +835,16 @@ func TestRingsOfReleasesInAFewBatchesWakeTheirFollowersAtOnce(t *testing.T) {
 func TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter(t *testing.T) {
 	t.Parallel()
 	dsn := freshDatabase(t, testdb.MySQL(t), nil)
-	const lease, poll = 3 * time.Second, 300 * time.Millisecond
+	// A poll long enough that a handover by the follower's next attempt
+	// rather than by the release seldom comes within the bound below.
+	const lease, poll = 20 * time.Second, 4 * time.Second
 	store := newStore(t, openDB(t, dsn))
 	leader := buildFlag(t, store, "twins", "", lease, poll)
 	follower := buildFlag(t, store, "twins", "", lease, poll)
 	if !leader.Raised() || follower.Raised() {
 		t.Fatal("the first flag should lead, the second follow")
 	}
-	time.Sleep(3 * time.Second) // about ten attempts of the follower, three renewals of the leader
+	time.Sleep(9 * time.Second) // two attempts of the follower, and renewals of the leader
 	if n := store.WatchStatements(); n != 0 {
 		t.Errorf("the store's waiters sent %d statements, want none: the follower waits on its own store", n)
 	}
@@ -831,7 +857,7 @@ func TestTwoFlagsOfOneNameOnOneStoreRunNoWaiter(t *testing.T) {
 	if err := follower.Wait(ctx); err != nil {
 		t.Fatalf("the follower did not take over: %v", err)
 	}
-	if took := time.Since(closed); took > poll/2 {
+	if took := time.Since(closed); took > poll/5 {
 		t.Errorf("handover took %v; the release in the store should have woken the follower before its %v poll", took, poll)
 	}
 }
@@ -919,9 +945,10 @@ func TestAWaiterKeepsItsWaitsBelowATimeoutThatCutsThemTwice(t *testing.T) {
 		t.Fatal("the first flag should lead, the second follow")
 	}
 	// 300 s cut at 3 s, a pause of 1 s, then 1 s, 2 s and 4 s cut at 3 s
-	// (at about 10 s), a pause of 1 s: from then on, 1 s at a time.
+	// (at about 10 s), a pause of 1 s: from then on, 1 s at a time. 15 s:
+	// also on a loaded server.
 	admin := openDB(t, dsn)
-	time.Sleep(12 * time.Second)
+	time.Sleep(15 * time.Second)
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if n, ok := waitLength(t, admin); ok && n >= 3 {
 			t.Fatalf("a wait asks for %d s, after two waits were cut at the read timeout of 3 s", n)

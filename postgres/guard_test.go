@@ -118,7 +118,7 @@ func TestGuardRefusesAnExpiredOwnTermDuringTheHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hold := until.Sub(now); hold < 2*time.Second {
+	if hold := until.Sub(now); hold < time.Second { // 3 s less the statements since; a hold of the 200 ms lease is long over
 		t.Fatalf("hold after a 200 ms request ends in %v, want the longest lease asked before (3 s)", hold)
 	}
 }
@@ -132,7 +132,7 @@ func TestQuarantineNeverShortens(t *testing.T) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	acquire(t, s, "held", "a", 0, time.Second)
+	acquire(t, s, "held", "a", 0, 5*time.Second) // unexpired at its renewal below, also on a loaded server
 	if _, err := s.Quarantine(context.Background(), 0); !errors.Is(err, leadership.ErrInvalidArgument) {
 		t.Fatalf("Quarantine(0) = %v, want ErrInvalidArgument", err)
 	}

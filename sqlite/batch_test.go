@@ -144,12 +144,14 @@ WHEN NEW.name = 'm-poison' AND NEW.holder <> '' BEGIN SELECT RAISE(ABORT, 'poiso
 	}
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
+	// Pauses long enough for the goroutines to get there, also on a
+	// loaded machine.
 	wg.Go(func() { errs[0] = renew(0) }) // sent alone, waits on the lock
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	for i := 1; i < len(names); i++ {
 		wg.Go(func() { errs[i] = renew(i) }) // queued behind it: one batch
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	if _, err := lock.ExecContext(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}

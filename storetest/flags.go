@@ -264,12 +264,14 @@ type monitor struct {
 	flags     []*leadership.Flag
 	processes map[leadership.Store]string // by store: see process
 	bad       atomic.Pointer[string]
+	stop      func() // stops the sampler and waits for its last check
 }
 
 func newMonitor(t *testing.T) *monitor {
 	m := &monitor{t: t}
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	m.stop = sync.OnceFunc(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(time.Millisecond)
@@ -284,8 +286,7 @@ func newMonitor(t *testing.T) *monitor {
 		}
 	}()
 	t.Cleanup(func() {
-		close(stop)
-		<-done
+		m.stop()
 		m.mu.Lock()
 		flags := m.flags
 		m.mu.Unlock()

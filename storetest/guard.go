@@ -34,9 +34,9 @@ func RunGuard(t *testing.T, fresh Fresh) {
 	t.Run("LiveHolderRenewsAtOnceAfterNewIncarnation", func(t *testing.T) {
 		t.Parallel()
 		g := newGuardCase(t, fresh)
-		first := acquire(t, g.s, "a-flag", "a", 0, 2*time.Second)
+		first := acquire(t, g.s, "a-flag", "a", 0, 5*time.Second) // outlasts a new store's connection on a loaded server
 		g.newIncarnation(t)
-		res := acquire(t, g.open(t), "a-flag", "a", first.Version, 2*time.Second)
+		res := acquire(t, g.open(t), "a-flag", "a", first.Version, 5*time.Second)
 		if !res.Acquired || res.Version != first.Version {
 			t.Fatalf("renewal of an unexpired term after a new incarnation = %+v, want renewed at version %d", res, first.Version)
 		}
@@ -142,14 +142,16 @@ func RunGuard(t *testing.T, fresh Fresh) {
 	t.Run("QuarantineHoldsNewTermsAndLetsHoldersRenew", func(t *testing.T) {
 		t.Parallel()
 		g := newGuardCase(t, fresh)
-		holder := acquire(t, g.s, "held", "a", 0, 3*time.Second)
+		// A holder and a quarantine that outlast, on a loaded server, the
+		// steps below up to the holder's renewal (a new store among them).
+		holder := acquire(t, g.s, "held", "a", 0, 6*time.Second)
 		short := acquire(t, g.s, "short", "a", 0, leadership.MinLease*20)
 		for _, d := range []time.Duration{0, -time.Second} {
 			if _, err := g.q.Quarantine(ctx(t), d); !errors.Is(err, leadership.ErrInvalidArgument) {
 				t.Errorf("Quarantine(%v) = %v, want ErrInvalidArgument", d, err)
 			}
 		}
-		until, err := g.q.Quarantine(ctx(t), 2*time.Second)
+		until, err := g.q.Quarantine(ctx(t), 4*time.Second)
 		if err != nil {
 			t.Fatalf("Quarantine: %v", err)
 		}
@@ -158,7 +160,7 @@ func RunGuard(t *testing.T, fresh Fresh) {
 			t.Fatalf("Quarantine: %v", err)
 		}
 		if again.Before(until) {
-			t.Errorf("Quarantine(1s) after Quarantine(2s) ended the hold at %v, earlier than %v", again, until)
+			t.Errorf("Quarantine(1s) after Quarantine(4s) ended the hold at %v, earlier than %v", again, until)
 		}
 		if got, _ := g.held(t); !got.Equal(again) {
 			t.Errorf("QuarantinedUntil = %v, want %v", got, again)
@@ -171,7 +173,7 @@ func RunGuard(t *testing.T, fresh Fresh) {
 				t.Errorf("%s: during a quarantine until %v: %+v, want refused with expiry at or after the hold's end", name, until, res)
 			}
 		}
-		if res := acquire(t, s, "held", "a", holder.Version, 3*time.Second); !res.Acquired || res.Version != holder.Version {
+		if res := acquire(t, s, "held", "a", holder.Version, 6*time.Second); !res.Acquired || res.Version != holder.Version {
 			t.Errorf("an unexpired holder could not renew during a quarantine: %+v", res)
 		}
 		now := acquire(t, s, "short", "b", 0, time.Second).Now

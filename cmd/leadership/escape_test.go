@@ -299,15 +299,19 @@ func TestALateWatchdogIsReported(t *testing.T) {
 	for _, tc := range []struct {
 		name, script string
 		want         int
+		flags        []string
 	}{
-		{"deadline", `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"; exec sleep 60`, exitLost},
-		{"leftover", `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"; setsid sh -c 'trap "" TERM; exec sleep 60' & sleep 0.5; exit 0`, exitFailure},
+		{"deadline", `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"; exec sleep 60`, exitLost, []string{"--grace", "700ms"}},
+		// A grace long enough for the test to stop the watchdog within it
+		// on a loaded machine; half the margin is lease/20, 0.5 s.
+		{"leftover", `echo "start $$ $PPID $(date +%s%N)" >> "$MARKS"; setsid sh -c 'trap "" TERM; exec sleep 60' & sleep 0.5; exit 0`, exitFailure,
+			[]string{"--lease", "10s", "--grace", "3s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dsn, name := "sqlite:"+filepath.Join(t.TempDir(), "flags.db"), uniqueName(t)
 			marks := filepath.Join(t.TempDir(), "marks")
-			r := startRunScript(t, dsn, name, marks, tc.script, "--grace", "700ms")
+			r := startRunScript(t, dsn, name, marks, tc.script, tc.flags...)
 			waitFor(t, 15*time.Second, "the command starts", func() bool { return len(starts(readMarks(t, marks))) == 1 })
 			command, watchdog := starts(readMarks(t, marks))[0].pid, starts(readMarks(t, marks))[0].ppid
 			t.Cleanup(func() { _ = syscall.Kill(watchdog, syscall.SIGCONT); _ = r.cmd.Process.Signal(syscall.SIGCONT) })
@@ -327,7 +331,7 @@ func TestALateWatchdogIsReported(t *testing.T) {
 				if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(1500 * time.Millisecond) // more than --grace plus half the margin (700 + 100 ms)
+				time.Sleep(4500 * time.Millisecond) // more than --grace plus half the margin (3 s + 0.5 s)
 				_ = syscall.Kill(watchdog, syscall.SIGCONT)
 			}
 			code := r.wait(t, 15*time.Second)
