@@ -41,12 +41,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 // the migration lock, if it came with ctx's end and one does: ctx may
 // have ended before the wait for the lock began (on a slow server, or while
 // another Migrate of this store ran), and the holder is then still why
-// Migrate could not finish.
+// Migrate could not finish. The lookup takes a second at most (a server
+// that does not answer).
 func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() == nil {
 		return err
 	}
-	lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	var db string
 	if lookupErr := s.db.QueryRowContext(lookup, `SELECT DATABASE()`).Scan(&db); lookupErr != nil {

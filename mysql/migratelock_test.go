@@ -59,3 +59,12 @@ func TestMigrateEndsWithItsContextWhileAnotherHoldsTheMigrationLock(t *testing.T
 	}
 	testdb.CheckMigrateEndsWithItsContext(t, s.Migrate, fmt.Sprintf("connection %d ", holder), unlock)
 }
+
+// TestMigrateOnAServerThatNeverAnswersEndsSoonAfterItsContext: Migrate
+// on a server that hangs returns soon after its context's end, although
+// it then looks for the migration lock's holder.
+func TestMigrateOnAServerThatNeverAnswersEndsSoonAfterItsContext(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, openDB(t, "u:p@tcp("+testdb.SilentServer(t)+")/db"))
+	testdb.CheckMigrateEndsSoonAfterItsContext(t, s.Migrate)
+}

@@ -36,9 +36,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // namingTheLockHolder adds to err, Migrate's error, the server processes
 // holding the migration lock, if it came with ctx's end and any do: ctx
-// may have ended before the wait for the lock began (on a slow server, or while
-// another Migrate of this store ran), and the holder is then still why
-// Migrate could not finish.
+// may have ended before the wait for the lock began (on a slow server, or
+// while another Migrate of this store ran), and the holder is then still
+// why Migrate could not finish. The lookup takes a second at most (a
+// server that does not answer).
 func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() == nil {
 		return err
@@ -125,7 +126,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // migrationLockHolders lists the server processes that hold
 // golang-migrate's lock in the current database and schema, or is empty.
 func (s *Store) migrationLockHolders() string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var database, schema, pids string
 	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {

@@ -56,3 +56,12 @@ AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	s := newStore(t, newPool(t, dsn))
 	testdb.CheckMigrateEndsWithItsContext(t, s.Migrate, fmt.Sprintf("process %d ", holder), unlock)
 }
+
+// TestMigrateOnAServerThatNeverAnswersEndsSoonAfterItsContext: Migrate
+// on a server that hangs returns soon after its context's end, although
+// it then looks for the migration lock's holder.
+func TestMigrateOnAServerThatNeverAnswersEndsSoonAfterItsContext(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, newPool(t, "postgres://u:p@"+testdb.SilentServer(t)+"/db?sslmode=disable"))
+	testdb.CheckMigrateEndsSoonAfterItsContext(t, s.Migrate)
+}

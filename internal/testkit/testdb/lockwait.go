@@ -3,6 +3,7 @@ package testdb
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +47,52 @@ func CheckMigrateEndsWithItsContext(t testing.TB, migrate func(context.Context) 
 	unlock()
 	if err := migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate after the holder let the lock go: %v", err)
+	}
+}
+
+// SilentServer listens on a loopback port, accepts connections and never
+// answers, as a server that hangs; it returns the address.
+func SilentServer(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// CheckMigrateEndsSoonAfterItsContext checks that migrate, on a store of
+// a server that never answers (SilentServer), returns its context's error
+// within 3 s of the context's end (0.3 s): the lookup of the migration
+// lock's holder after the context's end is bounded too.
+func CheckMigrateEndsSoonAfterItsContext(t testing.TB, migrate func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := migrate(ctx)
+	after := time.Since(began) - 300*time.Millisecond
+	t.Logf("Migrate on a server that never answers returned %v after its context's end, with: %v", after, err)
+	if err == nil || after > 3*time.Second {
+		t.Fatalf("Migrate on a server that never answers, given 0.3 s = %v, %v after its context's end; want an error within 3 s", err, after)
 	}
 }
