@@ -38,13 +38,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // namingTheLockHolder adds to err, Migrate's error, the session holding
-// the migration lock, if it came with ctx's end and one does: ctx may
-// have ended before the wait for the lock began (on a slow server, or while
-// another Migrate of this store ran), and the holder is then still why
-// Migrate could not finish. The lookup takes a second at most (a server
-// that does not answer).
+// the migration lock, if err came with ctx's end before Migrate waited for
+// the lock (on a slow server, or while another Migrate of this store ran)
+// and one does: it is then still why Migrate could not finish. The lookup
+// takes a second at most (a server that does not answer). An error of
+// the wait itself names the holder already.
 func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil {
+	if err == nil || ctx.Err() == nil || errors.Is(err, errMigrationLockWait) {
 		return err
 	}
 	lookup, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -60,7 +60,7 @@ func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
 		case !errors.Is(err, ctx.Err()):
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
-		return fmt.Errorf("%w: gave up waiting for the migration lock, which the connection %d holds %s", err, holder.Int64, migrationLockHolderHint)
+		return fmt.Errorf("%w; meanwhile the connection %d held the migration lock, which Migrate waits for %s", err, holder.Int64, migrationLockHolderHint)
 	}
 	return err
 }
@@ -309,13 +309,12 @@ func (s *Store) migrate(ctx context.Context) error {
 const lockWaitPoll = 50 * time.Millisecond
 
 // waitForMigrationLock waits until golang-migrate's lock (a GET_LOCK
-// named after the database db and its version table) is free.
-// It fails when ctx ends (applyMigrations names the holder) or, naming
-// the holder, after migrationLockWait: golang-migrate waits for the lock
-// up to 10 s without a context, so Migrate, and Build, would otherwise
-// outlast a shorter context. golang-migrate then takes the lock itself;
-// should another session take it first, it waits for it as before, up
-// to 10 s.
+// named after the database db and its version table) is free. It fails,
+// naming the connection that holds the lock, when ctx ends or after
+// migrationLockWait: golang-migrate waits for the lock up to 10 s without
+// a context, so Migrate, and Build, would otherwise outlast a shorter
+// context. golang-migrate then takes the lock itself; should another
+// session take it first, it waits for it as before, up to 10 s.
 func waitForMigrationLock(ctx context.Context, conn *sql.Conn, db string) error {
 	giveUp := time.NewTimer(migrationLockWait)
 	defer giveUp.Stop()
@@ -326,7 +325,7 @@ func waitForMigrationLock(ctx context.Context, conn *sql.Conn, db string) error 
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%w: %w, which the connection %d holds %s", ctx.Err(), errMigrationLockWait, holder.Int64, migrationLockHolderHint)
 		case <-giveUp.C:
 			return fmt.Errorf("gave up after %v waiting for the migration lock, which the connection %d holds %s", migrationLockWait, holder.Int64, migrationLockHolderHint)
 		case <-time.After(lockWaitPoll):
@@ -346,6 +345,10 @@ func migrationLockHolder(ctx context.Context, q interface {
 	err = q.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?)`, name).Scan(&holder)
 	return holder, err
 }
+
+// errMigrationLockWait is the error of a Migrate whose context ended while
+// it waited for golang-migrate's lock.
+var errMigrationLockWait = errors.New("gave up waiting for the migration lock")
 
 const migrationLockHolderHint = "(another process migrating, or a stopped `leadership migrate`: SHOW PROCESSLIST tells which)"
 

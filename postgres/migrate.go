@@ -35,23 +35,23 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // namingTheLockHolder adds to err, Migrate's error, the server processes
-// holding the migration lock, if it came with ctx's end and any do: ctx
-// may have ended before the wait for the lock began (on a slow server, or
-// while another Migrate of this store ran), and the holder is then still
-// why Migrate could not finish. The lookup takes a second at most (a
-// server that does not answer).
+// holding the migration lock, if err came with ctx's end before Migrate
+// waited for the lock (on a slow server, or while another Migrate of this
+// store ran) and any do: they are then still why Migrate could not
+// finish. The lookup takes a second at most (a server that does not
+// answer). An error of the wait itself names them already.
 func (s *Store) namingTheLockHolder(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil {
+	if err == nil || ctx.Err() == nil || errors.Is(err, errMigrationLockWait) {
 		return err
 	}
-	if holders := s.migrationLockHolders(); holders != "" {
+	if holders, ok := s.migrationLockHolders(); ok {
 		switch {
 		case err == ctx.Err(): // Migrate's context ended before it began
 			err = fmt.Errorf("postgres: migrate: %w", err)
 		case !errors.Is(err, ctx.Err()):
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
-		return fmt.Errorf("%w: gave up waiting for the migration lock, which the server process %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)", err, holders)
+		return fmt.Errorf("%w; meanwhile %s held the migration lock, which Migrate waits for (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)", err, holders)
 	}
 	return err
 }
@@ -111,7 +111,7 @@ const oldestSupported = 13
 func (s *Store) migrate(ctx context.Context) error {
 	// A *sql.DB over the pool: closing it (the driver's Close does) leaves
 	// the pool open; giveBack returns what golang-migrate kept.
-	db, giveBack := migrationDB(ctx, s.pool)
+	db, taken, giveBack := migrationDB(ctx, s.pool)
 	defer giveBack()
 	// WithInstance takes golang-migrate's lock too, to create its table.
 	drv, err := mpgx.WithInstance(db, &mpgx.Config{MigrationsTable: migrations.MigrationsTable})
@@ -120,28 +120,42 @@ func (s *Store) migrate(ctx context.Context) error {
 	} else {
 		db.Close()
 	}
+	if err != nil && taken.cut.Load() {
+		holders, ok := s.migrationLockHolders()
+		if !ok {
+			holders = "another session"
+		}
+		return fmt.Errorf("%w, which %s held (another process migrating, or a stopped `leadership migrate`: pg_stat_activity tells which)",
+			errMigrationLockWait, holders)
+	}
 	return err
 }
 
-// migrationLockHolders lists the server processes that hold
-// golang-migrate's lock in the current database and schema, or is empty.
-func (s *Store) migrationLockHolders() string {
+// errMigrationLockWait is the error of a Migrate whose context ended while
+// it waited for golang-migrate's lock.
+var errMigrationLockWait = errors.New("gave up waiting for the migration lock")
+
+// migrationLockHolders names the server processes that hold
+// golang-migrate's lock in the current database and schema ("the server
+// process 123"), and reports whether it found any. It takes a second at
+// most: Migrate's context has ended.
+func (s *Store) migrationLockHolders() (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var database, schema, pids string
 	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
-		return ""
+		return "", false
 	}
 	key, err := mdatabase.GenerateAdvisoryLockId(database, schema, migrations.MigrationsTable) // as golang-migrate's key
 	if err != nil {
-		return ""
+		return "", false
 	}
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(string_agg(pid::text, ', '), '') FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&pids); err != nil {
-		return ""
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&pids); err != nil || pids == "" {
+		return "", false
 	}
-	return pids
+	return "the server process " + pids, true
 }
 
 // checkShape fails with a clear message when leadership_flags in the

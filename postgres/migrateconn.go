@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -23,12 +24,13 @@ import (
 // golang-migrate waits for its session lock without a context
 // (migrationLockQuery, in context.Background()); on these connections
 // that statement runs under lockCtx instead, so that Migrate ends with
-// its context while another session holds the lock.
-func migrationDB(lockCtx context.Context, pool *pgxpool.Pool) (*sql.DB, func()) {
+// its context while another session holds the lock, and the returned
+// *takenConns reports whether it did (cut).
+func migrationDB(lockCtx context.Context, pool *pgxpool.Pool) (*sql.DB, *takenConns, func()) {
 	t := &takenConns{Connector: stdlib.GetPoolConnector(pool), lockCtx: lockCtx}
 	db := sql.OpenDB(t)
 	db.SetMaxIdleConns(0) // as stdlib.OpenDBFromPool: idle connections belong in the pool
-	return db, func() {
+	return db, t, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		for _, c := range t.open {
@@ -47,6 +49,7 @@ type takenConns struct {
 	lockCtx context.Context
 	mu      sync.Mutex
 	open    []*takenConn
+	cut     atomic.Bool // a wait for the lock ended with lockCtx
 }
 
 // migrationLockQuery is the statement by which golang-migrate's pgx driver
@@ -79,7 +82,11 @@ func (c *takenConn) ExecContext(ctx context.Context, query string, args []driver
 	if query != migrationLockQuery {
 		return c.Conn.ExecContext(ctx, query, args)
 	}
-	return c.Conn.ExecContext(c.taken.lockCtx, query, args)
+	res, err := c.Conn.ExecContext(c.taken.lockCtx, query, args)
+	if err != nil && c.taken.lockCtx.Err() != nil {
+		c.taken.cut.Store(true)
+	}
+	return res, err
 }
 
 func (c *takenConn) Close() error {
