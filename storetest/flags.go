@@ -386,10 +386,13 @@ func (m *monitor) process(s leadership.Store) string {
 	return p
 }
 
-// buildWith completes b with the test timings and builds it.
+// buildWith completes b with the test timings and builds it. The
+// timeout is a fifth of the lease, and 200 ms at least: a flag of half a
+// lease got 100 ms, which three first attempts in a row on SQLite, behind
+// the other stores' commits, ran out of on a loaded machine.
 func (m *monitor) buildWith(t *testing.T, b *leadership.FlagBuilder, lease time.Duration) *leadership.Flag {
 	t.Helper()
-	return m.watch(t, b.Lease(lease).PollInterval(min(poll, lease/3)).Timeout(lease/5))
+	return m.watch(t, b.Lease(lease).PollInterval(min(poll, lease/3)).Timeout(max(lease/5, 200*time.Millisecond)))
 }
 
 // watch builds b, checking at its every raise, and samples it from then
