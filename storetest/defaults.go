@@ -84,16 +84,19 @@ func checkDefaults(t *testing.T, open Open, oneProcess bool) {
 	}
 	hinted := !crossProcess && hintsWithin(followerStore, 5*time.Second)
 	pushed := crossProcess || hinted
+	// The handover is timed from Close's return, when the release has
+	// committed and its notification has gone out: on a loaded machine
+	// Close itself, waiting for SQLite's write lock, took 300 ms.
 	closed := time.Now()
 	if err := leader.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	closeTook := time.Since(closed)
+	released := time.Now()
 	mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack)
-	took := time.Since(closed)
-	t.Logf("graceful handover at the default settings took %v, Close %v of it (poll interval %v, store notifies other processes: %v, hints them: %v)", took, closeTook, poll, crossProcess, hinted)
+	took := time.Since(released)
+	t.Logf("graceful handover at the default settings took %v after Close returned, Close %v (poll interval %v, store notifies other processes: %v, hints them: %v)", took, released.Sub(closed), poll, crossProcess, hinted)
 	if pushed && took > poll/5 {
-		t.Errorf("graceful handover took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
+		t.Errorf("graceful handover took %v after Close returned; the release notification should have woken the follower well before its poll interval %v", took, poll)
 	}
 	if !pushed {
 		return
@@ -110,17 +113,17 @@ func checkDefaults(t *testing.T, open Open, oneProcess bool) {
 		t.Fatal("the first store no longer reports that releases of other processes wake it after its flags were closed and a new one built")
 	}
 	time.Sleep(300 * time.Millisecond)
-	closed = time.Now()
 	if err := follower.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	released = time.Now()
 	if got := mon.waitForLeader(t, poll+leadership.DefaultLease/20+slack, follower); got != back {
 		t.Fatal("another flag than the new one on the first store took over")
 	}
-	took = time.Since(closed)
-	t.Logf("graceful handover back to the first store took %v", took)
+	took = time.Since(released)
+	t.Logf("graceful handover back to the first store took %v after Close returned", took)
 	if took > poll/5 {
-		t.Errorf("graceful handover back took %v; the release notification should have woken the follower well before its poll interval %v", took, poll)
+		t.Errorf("graceful handover back took %v after Close returned; the release notification should have woken the follower well before its poll interval %v", took, poll)
 	}
 }
 
