@@ -55,25 +55,8 @@ func (f *fakeTarget) State(context.Context) (*container.State, error) {
 // accepts every connection and closes it at once. It counts them.
 func dockerProxy(t *testing.T) (addr string, accepted *atomic.Int32) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	accepted = new(atomic.Int32)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String(), accepted
+	return serve(t, func(c net.Conn) { accepted.Add(1); c.Close() }), accepted
 }
 
 // realServer returns the address and credentials of a MySQL or MariaDB

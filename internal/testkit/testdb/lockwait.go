@@ -53,12 +53,23 @@ func CheckMigrateEndsWithItsContext(t testing.TB, migrate func(context.Context) 
 // SilentServer listens on a loopback port, accepts connections and never
 // answers, as a server that hangs; it returns the address.
 func SilentServer(t testing.TB) string {
+	var conns []net.Conn // closed when the test ends
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return serve(t, func(c net.Conn) { conns = append(conns, c) })
+}
+
+// serve listens on a loopback port and hands each connection to handle,
+// one after the other, until the test ends; it returns the address.
+func serve(t testing.TB, handle func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns []net.Conn
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -67,16 +78,10 @@ func SilentServer(t testing.TB) string {
 			if err != nil {
 				return
 			}
-			conns = append(conns, c)
+			handle(c)
 		}
 	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
+	t.Cleanup(func() { l.Close(); <-done })
 	return l.Addr().String()
 }
 
